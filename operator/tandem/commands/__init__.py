@@ -1,0 +1,1 @@
+"""One module per ``tandem`` subcommand (thin shells over the pure layers)."""
