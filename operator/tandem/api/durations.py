@@ -1,0 +1,68 @@
+"""Kubernetes-style durations (``800ms``, ``5s``, ``1m30s``) as float seconds. Pure.
+
+The API stores every duration as seconds (``float``) and writes it back in the shortest
+string form, so ``"1500ms"`` reads as ``1.5`` and is shown as ``"1.5s"``. Bare numbers are
+accepted as seconds, which is what a user who writes ``interval: 15`` means.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+#: The pattern the CRD enforces; it matches what :func:`parse_duration` accepts as a string.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+
+
+def parse_duration(value: Any) -> float:
+    """Return ``value`` in seconds; raise ``ValueError`` naming the accepted forms.
+
+    >>> parse_duration("1m30s"), parse_duration("800ms"), parse_duration(2)
+    (90.0, 0.8, 2.0)
+    """
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '800ms', '5s' or '5m', not a boolean")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"duration must be a finite number of seconds >= 0, got {value}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration such as '800ms', '5s' or '5m', got {value!r}")
+    text = value.strip()
+    pos, total = 0, 0.0
+    for match in _PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_S[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(
+            f"invalid duration {value!r}: use a number with a unit ms, s, m or h "
+            "(e.g. '800ms', '5s', '5m', '1m30s')"
+        )
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact string for ``seconds``: ``0.8 -> '800ms'``, ``90 -> '90s'``."""
+    if seconds < 1 and seconds != 0:
+        ms = seconds * 1000
+        return f"{ms:g}ms"
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = seconds / 60
+        return f"{minutes / 60:g}h" if minutes % 60 == 0 else f"{minutes:g}m"
+    return f"{seconds:g}s"
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+]
+"""A duration field: validated from ``'800ms'``-style strings, stored as seconds."""
