@@ -51,12 +51,16 @@ def parse_duration(value: Any) -> float:
 def format_duration(seconds: float) -> str:
     """The shortest exact string for ``seconds``: ``0.8 -> '800ms'``, ``90 -> '90s'``."""
     if seconds < 1 and seconds != 0:
-        ms = seconds * 1000
-        return f"{ms:g}ms"
+        return f"{_num(seconds * 1000)}ms"
     if seconds >= 60 and seconds % 60 == 0:
         minutes = seconds / 60
-        return f"{minutes / 60:g}h" if minutes % 60 == 0 else f"{minutes:g}m"
-    return f"{seconds:g}s"
+        return f"{_num(minutes / 60)}h" if minutes % 60 == 0 else f"{_num(minutes)}m"
+    return f"{_num(seconds)}s"
+
+
+def _num(value: float) -> str:
+    """``value`` without float noise or trailing zeros (nanosecond resolution)."""
+    return f"{value:.9f}".rstrip("0").rstrip(".")
 
 
 Duration = Annotated[

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tandem.api.base import DNS_LABEL_PATTERN, FreeForm, Model, Quantity, cel
 from tandem.api.durations import Duration
@@ -281,6 +281,15 @@ class LatencyTarget(Model):
     p90: Duration | None = Field(default=None, gt=0)
     p95: Duration | None = Field(default=None, gt=0)
     p99: Duration | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _exactly_one_percentile(self) -> LatencyTarget:
+        given = [f"p{p}" for p in (50, 90, 95, 99) if getattr(self, f"p{p}") is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"set exactly one percentile (p50, p90, p95 or p99); given: {given or 'none'}"
+            )
+        return self
 
     @property
     def percentile(self) -> int:

@@ -1,0 +1,343 @@
+"""``tandem validate`` rejects bad manifests with the field path, and never crashes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tandem.api.validate import SpecError, load_inference_service, validate_manifest
+from tests.factories import make_manifest, with_path
+
+BASE = make_manifest()
+AGG = make_manifest(mode="aggregated")
+
+# (manifest, field path the message must name, words the message must contain)
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "wrong type replicas",
+        with_path(BASE, "spec.prefill.replicas.min", "two"),
+        "spec.prefill.replicas.min",
+        "integer",
+    ),
+    ("unknown spec field", with_path(BASE, "spec.replicas", 3), "spec.replicas", "unknown field"),
+    (
+        "unknown pool field",
+        with_path(BASE, "spec.decode.gpus", 2),
+        "spec.decode.gpus",
+        "valid fields here",
+    ),
+    (
+        "min > max",
+        with_path(BASE, "spec.prefill.replicas", {"min": 4, "max": 2}),
+        "spec.prefill.replicas",
+        "min (4) must be <= max (2)",
+    ),
+    (
+        "initial outside",
+        with_path(BASE, "spec.decode.replicas", {"min": 1, "max": 3, "initial": 5}),
+        "spec.decode.replicas.initial",
+        "outside",
+    ),
+    (
+        "bad duration",
+        with_path(BASE, "spec.autoscaling.interval", "15 seconds"),
+        "spec.autoscaling.interval",
+        "invalid duration",
+    ),
+    (
+        "bad ttft duration",
+        with_path(BASE, "spec.qos.ttft", {"p90": "fast"}),
+        "spec.qos.ttft.p90",
+        "invalid duration",
+    ),
+    (
+        "negative duration",
+        with_path(BASE, "spec.engine.shutdownTimeout", -5),
+        "spec.engine.shutdownTimeout",
+        ">= 0",
+    ),
+    (
+        "owned flag",
+        with_path(BASE, "spec.engine.extraArgs", ["--max-num-seqs", "8"]),
+        "spec.engine.extraArgs[0]",
+        "maxNumSeqs",
+    ),
+    (
+        "owned flag with =",
+        with_path(BASE, "spec.engine.extraArgs", ["--enforce-eager", "--tensor-parallel-size=2"]),
+        "spec.engine.extraArgs[1]",
+        "tensorParallelSize",
+    ),
+    (
+        "owned kv flag",
+        with_path(BASE, "spec.engine.extraArgs", ["--kv-transfer-config.kv_connector", "X"]),
+        "spec.engine.extraArgs[0]",
+        "spec.engine.kvTransfer",
+    ),
+    (
+        "unknown vllm flag",
+        with_path(BASE, "spec.engine.extraArgs", ["--turbo-mode"]),
+        "spec.engine.extraArgs[0]",
+        "not a flag",
+    ),
+    (
+        "tp does not divide",
+        with_path(BASE, "spec.decode", {"gpu": {"count": 4}, "tensorParallelSize": 3}),
+        "spec.decode.tensorParallelSize",
+        "valid: [1, 2, 4]",
+    ),
+    ("aggregated with prefill", with_path(AGG, "spec.prefill", {}), "spec.prefill", "aggregated"),
+    ("disaggregated with pool", with_path(BASE, "spec.pool", {}), "spec.pool", "aggregated"),
+    (
+        "bad mode",
+        with_path(BASE, "spec.mode", "split"),
+        "spec.mode",
+        "'disaggregated' or 'aggregated'",
+    ),
+    (
+        "bad uri scheme",
+        with_path(BASE, "spec.model.uri", "http://example/model"),
+        "spec.model.uri",
+        "pattern",
+    ),
+    (
+        "missing model",
+        {**BASE, "spec": {k: v for k, v in BASE["spec"].items() if k != "model"}},
+        "spec.model",
+        "required",
+    ),
+    (
+        "bad connector",
+        with_path(BASE, "spec.engine.kvTransfer.connector", "P2pNcclConnector"),
+        "spec.engine.kvTransfer.connector",
+        "NixlConnector",
+    ),
+    (
+        "bad backend",
+        with_path(BASE, "spec.engine.backend", "tgi"),
+        "spec.engine.backend",
+        "'vllm' or 'sim'",
+    ),
+    (
+        "gpu util > 1",
+        with_path(BASE, "spec.prefill.gpuMemoryUtilization", 1.5),
+        "spec.prefill.gpuMemoryUtilization",
+        "less than or equal to 1",
+    ),
+    (
+        "bad quantity",
+        with_path(BASE, "spec.prefill.memory", "lots"),
+        "spec.prefill.memory",
+        "invalid quantity",
+    ),
+    (
+        "vllm without gpu",
+        with_path(BASE, "spec.decode.gpu", {"count": 0}),
+        "spec.decode.gpu.count",
+        "sim",
+    ),
+    (
+        "two percentiles",
+        with_path(BASE, "spec.qos.itl", {"p50": "20ms", "p90": "50ms"}),
+        "spec.qos.itl",
+        "exactly one",
+    ),
+    (
+        "duplicate class",
+        with_path(BASE, "spec.qos.priorityClasses", [{"name": "a"}, {"name": "a"}]),
+        "spec.qos.priorityClasses[1].name",
+        "duplicate",
+    ),
+    (
+        "unknown default class",
+        with_path(BASE, "spec.qos", {"defaultClass": "vip", "priorityClasses": [{"name": "a"}]}),
+        "spec.qos.defaultClass",
+        "valid: a",
+    ),
+    (
+        "priority under fcfs",
+        with_path(BASE, "spec.qos.priorityClasses", [{"name": "a", "priority": 5}]),
+        "spec.engine.schedulingPolicy",
+        "'priority'",
+    ),
+    (
+        "bad objective",
+        with_path(BASE, "spec.qos.objective", "cheap"),
+        "spec.qos.objective",
+        "'latency', 'balanced' or 'throughput'",
+    ),
+    (
+        "bad policy",
+        with_path(BASE, "spec.autoscaling.policy", "hpa"),
+        "spec.autoscaling.policy",
+        "'slo', 'queue' or 'static'",
+    ),
+    (
+        "prometheus without url",
+        with_path(BASE, "spec.autoscaling.metrics", {"source": "prometheus"}),
+        "spec.autoscaling.metrics.url",
+        "required",
+    ),
+    (
+        "ratio min > max",
+        with_path(BASE, "spec.autoscaling.prefillDecodeRatio", {"min": 4, "max": 1}),
+        "spec.autoscaling.prefillDecodeRatio",
+        "min (4.0) must be <= max (1.0)",
+    ),
+    ("bad name", with_path(BASE, "metadata.name", "Chat_Service"), "metadata.name", "pattern"),
+    ("wrong kind", {**BASE, "kind": "Deployment"}, "kind", "InferenceService"),
+    (
+        "max step zero",
+        with_path(BASE, "spec.autoscaling.maxStep", {"up": 0}),
+        "spec.autoscaling.maxStep.up",
+        "greater than or equal to 1",
+    ),
+    (
+        "class name invalid",
+        with_path(BASE, "spec.qos.priorityClasses", [{"name": "VIP Users"}]),
+        "spec.qos.priorityClasses[0].name",
+        "pattern",
+    ),
+    (
+        "toleration effect",
+        with_path(BASE, "spec.decode.tolerations", [{"effect": "Sometimes"}]),
+        "spec.decode.tolerations[0].effect",
+        "NoSchedule",
+    ),
+]
+
+
+def test_there_are_at_least_25_invalid_cases() -> None:
+    assert len(INVALID) >= 25
+
+
+@pytest.mark.parametrize(
+    ("manifest", "path", "words"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
+def test_invalid_manifest_is_rejected_with_its_path(
+    manifest: dict[str, Any], path: str, words: str
+) -> None:
+    problems = validate_manifest(manifest)
+    assert problems, "accepted an invalid manifest"
+    matching = [p for p in problems if p.path == path]
+    assert matching, f"no problem at {path}: {[str(p) for p in problems]}"
+    assert any(words in p.message for p in matching), [str(p) for p in matching]
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    manifest = with_path(with_path(BASE, "spec.mode", "split"), "spec.prefill.cpu", "many")
+    manifest = with_path(manifest, "spec.autoscaling.interval", "soon")
+    paths = {p.path for p in validate_manifest(manifest)}
+    assert {"spec.mode", "spec.prefill.cpu", "spec.autoscaling.interval"} <= paths
+
+
+def test_valid_manifest_loads_with_defaults() -> None:
+    isvc = load_inference_service(BASE)
+    assert isvc.spec.qos.ttft.seconds == 1.0 and isvc.spec.qos.ttft.percentile == 90
+    assert isvc.spec.engine.kv_transfer.connector == "NixlConnector"
+    assert set(isvc.spec.pools()) == {"prefill", "decode"}
+
+
+def test_spec_error_message_lists_problems() -> None:
+    with pytest.raises(SpecError) as err:
+        load_inference_service(with_path(BASE, "spec.prefill.replicas", {"min": 3, "max": 1}))
+    assert "spec.prefill.replicas: min (3) must be <= max (1)" in str(err.value)
+
+
+def test_secret_values_never_reach_the_manifest_dump() -> None:
+    isvc = load_inference_service(with_path(BASE, "spec.model.secretRef", {"name": "hf"}))
+    assert isvc.to_manifest()["spec"]["model"]["secretRef"] == {"name": "hf", "key": "token"}
+
+
+def test_cli_exits_1_listing_every_problem(tmp_path: Path, repo_root: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            with_path(
+                with_path(BASE, "spec.mode", "x"), "spec.prefill.replicas", {"min": 3, "max": 1}
+            )
+        )
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "validate", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
+    )
+    assert run.returncode == 1
+    assert "spec.mode:" in run.stderr
+
+
+def test_cli_accepts_every_example(repo_root: Path) -> None:
+    files = sorted(str(p) for p in (repo_root / "examples").glob("*.yaml"))
+    run = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "validate", *files],
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("is valid") == len(files)
+
+
+def test_cli_reports_unreadable_and_non_yaml_files(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.yaml"
+    junk.write_text("a: [unclosed\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "validate", str(junk), str(tmp_path / "missing.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1
+    assert "not valid YAML" in run.stderr and "cannot read" in run.stderr
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+spec_keys = st.sampled_from(
+    [
+        "model",
+        "mode",
+        "engine",
+        "prefill",
+        "decode",
+        "pool",
+        "router",
+        "qos",
+        "autoscaling",
+        "monitoring",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(spec_keys, json_values, max_size=6), json_values)
+def test_no_generated_input_crashes_the_validator(spec: dict[str, Any], anything: Any) -> None:
+    for doc in ({**BASE, "spec": {**BASE["spec"], **spec}}, anything):
+        problems = validate_manifest(doc)
+        assert all(p.path and p.message for p in problems)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(-5, 20), st.integers(-5, 20), st.one_of(st.none(), st.integers(-5, 25)))
+def test_replica_bounds_are_accepted_exactly_when_ordered(
+    lo: int, hi: int, initial: int | None
+) -> None:
+    bounds: dict[str, Any] = {"min": lo, "max": hi} | (
+        {} if initial is None else {"initial": initial}
+    )
+    problems = validate_manifest(with_path(BASE, "spec.decode.replicas", bounds))
+    ok = lo >= 0 and hi >= 1 and lo <= hi and (initial is None or lo <= initial <= hi)
+    assert (not problems) == ok, problems
