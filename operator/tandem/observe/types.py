@@ -1,0 +1,85 @@
+"""Frozen observations the autoscaler policy consumes. Pure.
+
+One :class:`Observation` per tick: for each pool a :class:`PoolObservation` (sums and
+rates over the pods that answered, plus which pods did not), and the latency users
+felt, per priority class, from the router's histograms (or the engines' when no router
+series exist). Rates are per second over the window between two scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LatencyObservation:
+    """Latency percentiles over the last window, in seconds, and how many samples."""
+
+    ttft_s: Mapping[int, float] = field(default_factory=dict)
+    """TTFT by percentile (50, 90, 95, 99) over the window."""
+    itl_s: Mapping[int, float] = field(default_factory=dict)
+    """Inter-token latency by percentile over the window."""
+    requests: float = 0.0
+    """Requests that finished their first token in the window (TTFT samples)."""
+    source: str = "router"
+    """``router`` (what users feel) or ``engine`` (fallback)."""
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """One pool at one tick. Gauges are summed over the pods that answered."""
+
+    role: str
+    """``prefill``, ``decode`` or ``pool``."""
+    replicas: int
+    """Pods the Deployment has now (ready or starting)."""
+    ready: int
+    """Pods that are ready."""
+    scraped: int
+    """Pods whose metrics were read this tick."""
+    failed: Mapping[str, str] = field(default_factory=dict)
+    """Pod name → error, for pods that were expected to answer and did not."""
+    waiting_requests: float = 0.0
+    """Sum of ``vllm:num_requests_waiting``."""
+    running_requests: float = 0.0
+    """Sum of ``vllm:num_requests_running``."""
+    kv_usage: float = 0.0
+    """Mean ``vllm:kv_cache_usage_perc`` over answering pods (0-1)."""
+    kv_usage_max: float = 0.0
+    """Highest ``vllm:kv_cache_usage_perc`` of one pod (0-1)."""
+    kv_capacity_tokens: float | None = None
+    """KV-cache tokens of one replica (``num_gpu_blocks × block_size`` of
+    ``vllm:cache_config_info``), when the engine reports it."""
+    prompt_tokens_per_s: float = 0.0
+    """Rate of ``vllm:prompt_tokens_total`` (prompt tokens processed)."""
+    generation_tokens_per_s: float = 0.0
+    """Rate of ``vllm:generation_tokens_total``."""
+    preemptions_per_s: float = 0.0
+    """Rate of ``vllm:num_preemptions_total``."""
+    requests_finished_per_s: float = 0.0
+    """Rate of ``vllm:request_success_total`` (all finish reasons)."""
+    latency: LatencyObservation | None = None
+    """The engines' own latency over the window (fallback when the router has none)."""
+
+    @property
+    def available(self) -> bool:
+        """Whether the pool's signals can be trusted this tick: some pod answered and
+        every ready pod did."""
+        return not self.failed and self.scraped > 0 and self.scraped >= self.ready
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the policy sees at ``now_s`` (seconds on the driver's clock)."""
+
+    now_s: float
+    window_s: float
+    """Seconds since the previous scrape: the window of every rate and percentile."""
+    pools: Mapping[str, PoolObservation]
+    latency_by_class: Mapping[str, LatencyObservation] = field(default_factory=dict)
+    """Router-measured latency per priority class (``default`` without classes)."""
+    arrival_prompt_tokens_per_s: float | None = None
+    """Prompt tokens/s arriving at the router, when it reports them."""
+    errors: tuple[str, ...] = ()
+    """Problems reading the router or the metrics source, for status."""

@@ -1,0 +1,63 @@
+"""From a raw need to a replica count: bounds, windows, steps, panic. Pure.
+
+* Scale up at once, to the lowest recommendation inside the scale-up window (zero by
+  default: the newest), by at most ``maxStep.up`` replicas a tick; in panic mode (demand
+  over twice the current capacity) the step may double the pool instead.
+* Scale down only to the highest recommendation over the whole scale-down window, and
+  only once the window is covered by recommendations (after a restart, by those kept
+  in status), by at most ``maxStep.down`` a tick; never during panic.
+* Always within ``[min, max]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tandem.policy.config import PolicyConfig, PoolConfig
+from tandem.policy.state import PoolState
+
+
+def stabilize(
+    current: int,
+    wanted: int,
+    panic: bool,
+    now_s: float,
+    state: PoolState,
+    cfg: PoolConfig,
+    config: PolicyConfig,
+) -> tuple[int, PoolState, str]:
+    """(replicas, new state, note) for a pool of ``current`` replicas that wants ``wanted``."""
+    wanted = min(max(wanted, cfg.min_replicas), cfg.max_replicas)
+    keep_s = max(config.scale_up_window_s, config.scale_down_window_s) + config.interval_s
+    state = state.with_recommendation(now_s, wanted, keep_s)
+    if panic:
+        state = replace(state, panic_until_s=now_s + config.panic_window_s)
+    outside = min(max(current, cfg.min_replicas), cfg.max_replicas)
+    if outside != current:
+        return outside, state, f"bounds [{cfg.min_replicas}, {cfg.max_replicas}]"
+    if wanted > current:
+        window = [n for t, n in state.recommendations if t >= now_s - config.scale_up_window_s]
+        target = min(window)
+        step = max(config.step_up, current) if panic else config.step_up
+        n = min(target, current + step)
+        note = "panic" if panic and n > current + config.step_up else ""
+        if n < target:
+            note = (note + "; " if note else "") + f"step limit {step}"
+        return max(n, current), state, note
+    if wanted < current:
+        if state.panic_until_s is not None and now_s < state.panic_until_s:
+            return current, state, "panic mode holds scale-down"
+        start = now_s - config.scale_down_window_s
+        covered = state.recommendations[0][0] <= start + 1e-6
+        if not covered and config.scale_down_window_s > 0:
+            return (
+                current,
+                state,
+                f"scale-down window {config.scale_down_window_s:g}s not yet covered",
+            )
+        target = max(n for t, n in state.recommendations if t >= start - 1e-6)
+        if target >= current:
+            return current, state, f"held by the {config.scale_down_window_s:g}s window"
+        n = max(target, current - config.step_down)
+        return n, state, f"step limit {config.step_down}" if n > target else ""
+    return current, state, ""

@@ -1,0 +1,81 @@
+"""Autoscaler state kept across ticks and operator restarts. Pure.
+
+Everything here round-trips through ``status.autoscaler`` of the InferenceService
+(:meth:`PolicyState.to_dict` / :meth:`PolicyState.from_dict`), so a restarted operator
+keeps its stabilization windows, last scale times and learned capacities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """What the policy remembers about one pool."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    """(time s, replicas) recommended at recent ticks, oldest first (the windows)."""
+    last_scale_s: float | None = None
+    """When the pool's size last changed."""
+    demand_level: float | None = None
+    """Smoothed demand (prefill: prompt tokens/s; decode: concurrent sequences)."""
+    demand_trend_per_s: float = 0.0
+    """Smoothed change of the demand per second (Holt's linear trend)."""
+    demand_time_s: float | None = None
+    """When the demand was last smoothed."""
+    learned_capacity: float | None = None
+    """Learned per-replica capacity: prefill tokens/s, or decode KV tokens."""
+    learned_batch: float | None = None
+    """Learned largest decode batch per replica that kept ITL within target."""
+    panic_until_s: float | None = None
+    """Scale-downs are held until this time after a panic tick."""
+
+    def with_recommendation(self, now_s: float, replicas: int, keep_s: float) -> PoolState:
+        kept = tuple((t, n) for t, n in self.recommendations if t >= now_s - keep_s)
+        return replace(self, recommendations=(*kept, (now_s, replicas)))
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """State of every pool of one service."""
+
+    pools: Mapping[str, PoolState] = field(default_factory=dict)
+
+    def pool(self, role: str) -> PoolState:
+        return self.pools.get(role, PoolState())
+
+    def with_pool(self, role: str, pool: PoolState) -> PolicyState:
+        return PolicyState({**self.pools, role: pool})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for ``status.autoscaler``."""
+        return {
+            "pools": {
+                role: {
+                    **asdict(p),
+                    "recommendations": [[round(t, 3), n] for t, n in p.recommendations],
+                }
+                for role, p in self.pools.items()
+            }
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PolicyState:
+        """Inverse of :meth:`to_dict`; unknown or malformed input gives a fresh state."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("pools"), Mapping):
+            return cls()
+        pools: dict[str, PoolState] = {}
+        names = set(PoolState.__dataclass_fields__)
+        for role, raw in data["pools"].items():
+            if not isinstance(raw, Mapping):
+                continue
+            try:
+                values = {k: v for k, v in raw.items() if k in names}
+                recs = tuple((float(t), int(n)) for t, n in values.pop("recommendations", ()))
+                pools[str(role)] = PoolState(recommendations=recs, **values)
+            except (TypeError, ValueError):
+                pools[str(role)] = PoolState()
+        return cls(pools)

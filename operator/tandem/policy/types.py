@@ -1,0 +1,46 @@
+"""The autoscaler's decisions: per pool, the size it wants and why. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Direction = Literal["up", "down", "hold"]
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    """One pool's decision at one tick."""
+
+    role: str
+    current: int
+    desired: int
+    reason: str
+    """The numbers behind the decision, e.g. ``decode 4→6: KV demand ...``."""
+    signals: Mapping[str, float] = field(default_factory=dict)
+    """The signals used (demand, capacity, utilization, measured and target latency)."""
+    metrics_available: bool = True
+
+    @property
+    def direction(self) -> Direction:
+        if self.desired > self.current:
+            return "up"
+        return "down" if self.desired < self.current else "hold"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Every pool's decision at ``now_s``."""
+
+    now_s: float
+    pools: Mapping[str, PoolDecision]
+
+    @property
+    def metrics_available(self) -> bool:
+        return all(p.metrics_available for p in self.pools.values())
+
+    @property
+    def changes(self) -> dict[str, PoolDecision]:
+        """Pools whose size changes."""
+        return {r: p for r, p in self.pools.items() if p.desired != p.current}

@@ -1,0 +1,268 @@
+"""The autoscaler policy: sizing, stabilization, missing data, reasons, state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tandem.api.validate import load_inference_service
+from tandem.observe.types import LatencyObservation
+from tandem.policy import PolicyState, compute_policy_config, decide
+from tandem.policy.config import LatencyTargets, PoolConfig
+from tests.factories import make_manifest
+from tests.policy.factories import decode_load, make_config, make_obs, make_pool, prefill_load
+
+
+def run(ticks: list, config=None, state=None):  # type: ignore[no-untyped-def]
+    config = config or make_config()
+    state = state or PolicyState()
+    out = []
+    for obs in ticks:
+        state, decision = decide(state, obs, config)
+        out.append(decision)
+    return state, out
+
+
+def test_prefill_scales_up_for_prompt_demand() -> None:
+    # 60k tok/s over 10k per replica at 0.75 utilization -> 8 replicas; step limit 4.
+    _, (d,) = run([make_obs(0, prefill_load(2, 60_000), decode_load(2, 10, 0.1))])
+    p = d.pools["prefill"]
+    assert p.current == 2 and p.desired == 6
+    assert "prompt demand 60k tok/s" in p.reason and "step limit 4" in p.reason
+    assert d.pools["decode"].desired == 2  # sized independently
+
+
+def test_decode_worked_example_from_the_docs() -> None:
+    config = make_config(
+        pools={"decode": PoolConfig("decode", 1, 16, 1, kv_token_capacity=280_000.0)}
+    )
+    pool = make_pool(
+        "decode",
+        4,
+        kv_usage=0.9,
+        running_requests=600,
+        generation_tokens_per_s=1000,
+        requests_finished_per_s=2.5,
+    )
+    _, (d,) = run([make_obs(0, pool)], config)
+    # used 1.008M + 600 * 400/2 = 1.128M -> / (0.8 * 280k) = 5.04 -> 6
+    assert d.pools["decode"].desired == 6
+    assert "KV demand 1.13M tokens / (0.8 × 280k per replica)" in d.pools["decode"].reason
+
+
+def test_backlog_drains_within_the_ttft_budget() -> None:
+    # 20 waiting prompts of 1000 tokens with a 1 s target: 20k tokens to drain in 0.5 s
+    # on top of 8k tok/s arriving = 48k tok/s over 10k per replica -> 5 replicas.
+    _, (d,) = run([make_obs(0, prefill_load(4, 8_000, waiting=20), decode_load(2, 10, 0.1))])
+    assert d.pools["prefill"].desired == 5
+    assert "backlog" in d.pools["prefill"].reason
+
+
+def test_measured_ttft_over_target_adds_replicas() -> None:
+    obs = make_obs(0, prefill_load(4, 4_000), decode_load(2, 10, 0.1), ttft_s=1.5)
+    _, (d,) = run([obs])
+    assert (
+        d.pools["prefill"].desired == 6 and "TTFT 1.5s over target 1s" in d.pools["prefill"].reason
+    )
+
+
+def test_starting_pods_count_as_capacity_on_its_way() -> None:
+    starting = replace(prefill_load(4, 4_000), ready=2, scraped=2)
+    _, (d,) = run([make_obs(0, starting, decode_load(2, 10, 0.1), ttft_s=3.0)])
+    assert d.pools["prefill"].desired == 4  # no double scale-up during cold start
+
+
+def test_panic_mode_may_double_the_pool() -> None:
+    # 200k tok/s against 4 x 10k: far over twice capacity.
+    _, (d,) = run([make_obs(0, prefill_load(8, 200_000), decode_load(2, 10, 0.1))])
+    assert d.pools["prefill"].desired == 16 and "panic" in d.pools["prefill"].reason
+
+
+def test_missing_metrics_hold_the_size_and_say_why() -> None:
+    broken = make_pool("decode", 3, scraped=2, failed={"chat-decode-x": "timeout after 2s"})
+    _, (d,) = run([make_obs(0, prefill_load(2, 1_000), broken)])
+    dec = d.pools["decode"]
+    assert dec.desired == 3 and not dec.metrics_available and not d.metrics_available
+    assert "pod chat-decode-x: timeout after 2s" in dec.reason
+
+
+def test_failed_scrape_never_scales_to_minimum() -> None:
+    high = [
+        make_obs(t, prefill_load(8, 60_000), decode_load(8, 900, 0.9)) for t in range(0, 600, 15)
+    ]
+    blind = [
+        make_obs(t, make_pool("prefill", 8, scraped=0), make_pool("decode", 8, scraped=0))
+        for t in range(600, 1200, 15)
+    ]
+    _, decisions = run(high + blind)
+    assert all(d.pools["prefill"].desired == 8 for d in decisions[len(high) :])
+
+
+def test_scale_down_waits_for_the_window() -> None:
+    busy = [
+        make_obs(t, prefill_load(6, 40_000), decode_load(2, 10, 0.1)) for t in range(0, 300, 15)
+    ]
+    state, _ = run(busy)
+    idle = [
+        make_obs(t, prefill_load(6, 1_000), decode_load(2, 10, 0.1)) for t in range(300, 900, 15)
+    ]
+    _, decisions = run(idle, state=state)
+    firsts = [d.pools["prefill"] for d in decisions]
+    down_at = next(i for i, p in enumerate(firsts) if p.desired < p.current)
+    assert idle[down_at].now_s - 285 >= 300  # the last busy tick was at 285 s
+    assert firsts[down_at].desired == 5  # step down 1
+
+
+def test_queue_policy_is_keda_like() -> None:
+    config = make_config(policy="queue")
+    _, (d,) = run(
+        [make_obs(0, make_pool("prefill", 2, waiting_requests=23), decode_load(2, 10, 0.95))],
+        config,
+    )
+    assert d.pools["prefill"].desired == 5  # ceil(23 / 5)
+    assert d.pools["decode"].desired == 3  # ceil(0.95 * 2 / 0.8)
+
+
+def test_static_policy_never_moves() -> None:
+    _, (d,) = run(
+        [make_obs(0, prefill_load(2, 90_000), decode_load(2, 900, 0.99))],
+        make_config(policy="static"),
+    )
+    assert all(p.desired == 2 for p in d.pools.values())
+
+
+def test_strictest_class_with_traffic_decides() -> None:
+    config = make_config(
+        class_targets={
+            "interactive": LatencyTargets(0.3, 90, 0.03, 90),
+            "batch": LatencyTargets(10, 90, 0.2, 90),
+        }
+    )
+    obs = make_obs(0, prefill_load(4, 4_000), decode_load(2, 10, 0.1))
+    quiet_strict = replace(
+        obs,
+        latency_by_class={
+            "interactive": LatencyObservation(ttft_s={90: 0.6}, requests=0),
+            "batch": LatencyObservation(ttft_s={90: 0.6}, requests=50),
+        },
+    )
+    busy_strict = replace(
+        obs,
+        latency_by_class={
+            "interactive": LatencyObservation(ttft_s={90: 0.6}, requests=10),
+            "batch": LatencyObservation(ttft_s={90: 0.6}, requests=50),
+        },
+    )
+    _, (quiet,) = run([quiet_strict], config)
+    _, (busy,) = run([busy_strict], config)
+    assert quiet.pools["prefill"].desired == 4
+    assert busy.pools["prefill"].desired == 8  # 0.6 s against 0.3 s: doubled
+
+
+def test_ratio_bounds_raise_the_smaller_pool() -> None:
+    config = make_config(ratio_min=0.5)
+    _, (d,) = run([make_obs(0, prefill_load(1, 1_000), decode_load(6, 800, 0.5))], config)
+    assert d.pools["prefill"].desired >= 0.5 * d.pools["decode"].desired
+    assert "ratio min 0.5" in d.pools["prefill"].reason
+
+
+def test_prefill_capacity_is_learned_while_saturated() -> None:
+    config = make_config(pools={"prefill": PoolConfig("prefill", 1, 32, 1)})  # no profile
+    ticks = [make_obs(t, prefill_load(4, 80_000, waiting=8)) for t in range(0, 150, 15)]
+    state, _ = run(ticks, config)
+    learned = state.pool("prefill").learned_capacity
+    assert learned == pytest.approx(20_000, rel=0.05)
+
+
+def test_state_round_trips_through_status() -> None:
+    ticks = [
+        make_obs(t, prefill_load(4, 30_000 + 100 * t), decode_load(3, 300, 0.6))
+        for t in range(0, 300, 15)
+    ]
+    state, _ = run(ticks)
+    restored = PolicyState.from_dict(state.to_dict())
+    nxt = make_obs(300, prefill_load(4, 1_000), decode_load(3, 10, 0.1))
+    assert decide(restored, nxt, make_config())[1] == decide(state, nxt, make_config())[1]
+    assert (
+        PolicyState.from_dict({"pools": {"prefill": {"recommendations": "junk"}}})
+        .pool("prefill")
+        .recommendations
+        == ()
+    )
+
+
+def test_config_from_an_inference_service() -> None:
+    isvc = load_inference_service(
+        make_manifest(prefill_max=5, qos={"ttft": {"p99": "2s"}, "objective": "throughput"})
+    )
+    config = compute_policy_config(isvc)
+    assert config.pools["prefill"].max_replicas == 5 and config.targets.ttft_s == 2.0
+    assert config.targets.ttft_percentile == 99 and config.utilization == 0.9
+
+
+loads = st.tuples(st.floats(0, 400_000), st.floats(0, 200), st.floats(0, 2_000), st.floats(0, 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(loads, min_size=1, max_size=30), st.integers(1, 16))
+def test_always_within_bounds(series: list[tuple[float, float, float, float]], start: int) -> None:
+    config = make_config()
+    state, n_pre, n_dec = PolicyState(), start, start
+    for i, (tok, wait, running, kv) in enumerate(series):
+        obs = make_obs(i * 15.0, prefill_load(n_pre, tok, wait), decode_load(n_dec, running, kv))
+        state, d = decide(state, obs, config)
+        n_pre, n_dec = d.pools["prefill"].desired, d.pools["decode"].desired
+        assert 1 <= n_pre <= 16 and 1 <= n_dec <= 16
+
+
+@settings(max_examples=150, deadline=None)
+@given(loads, loads, st.integers(1, 12))
+def test_monotone_in_load(a: tuple[float, ...], b: tuple[float, ...], n: int) -> None:
+    lo, hi = (a, b) if a[0] <= b[0] else (b, a)
+    hi = tuple(max(x, y) for x, y in zip(lo, hi, strict=True))
+    _, (d_lo,) = run([make_obs(0, prefill_load(n, lo[0], lo[1]), decode_load(n, lo[2], lo[3]))])
+    _, (d_hi,) = run([make_obs(0, prefill_load(n, hi[0], hi[1]), decode_load(n, hi[2], hi[3]))])
+    for role in ("prefill", "decode"):
+        assert d_hi.pools[role].desired >= d_lo.pools[role].desired
+
+
+@settings(max_examples=100, deadline=None)
+@given(loads, st.integers(1, 16))
+def test_no_oscillation_on_constant_load(
+    load: tuple[float, float, float, float], start: int
+) -> None:
+    config = make_config()
+    state, n_pre, n_dec = PolicyState(), start, start
+    history: dict[str, list[int]] = {"prefill": [], "decode": []}
+    for i in range(60):
+        obs = make_obs(
+            i * 15.0, prefill_load(n_pre, load[0], load[1]), decode_load(n_dec, load[2], load[3])
+        )
+        state, d = decide(state, obs, config)
+        n_pre, n_dec = d.pools["prefill"].desired, d.pools["decode"].desired
+        for role in history:
+            history[role].append(d.pools[role].desired)
+    for sizes in history.values():
+        steps = [b - a for a, b in zip(sizes, sizes[1:], strict=False) if b != a]
+        assert all(s > 0 for s in steps) or all(s < 0 for s in steps), sizes
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 16), st.floats(0, 1))
+def test_no_scale_down_inside_the_window(n: int, kv: float) -> None:
+    config = make_config()
+    state, _ = run([make_obs(0, prefill_load(n, 5_000 * n), decode_load(n, 50 * n, kv))], config)
+    for t in range(15, 300, 15):
+        state, d = decide(state, make_obs(t, prefill_load(n, 0), decode_load(n, 0, 0)), config)
+        assert all(p.desired >= p.current for p in d.pools.values()), t
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_signals_hold_instead_of_scaling_down(value: float) -> None:
+    pool = replace(decode_load(6, 10, 0.1), kv_usage=value)
+    _, (d,) = run([make_obs(0, prefill_load(2, 1_000), pool)])
+    assert d.pools["decode"].desired == 6 and not d.pools["decode"].metrics_available
+    assert "kv_usage is" in d.pools["decode"].reason
