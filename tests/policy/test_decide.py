@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -246,7 +247,7 @@ def test_no_oscillation_on_constant_load(
         for role in history:
             history[role].append(d.pools[role].desired)
     for sizes in history.values():
-        steps = [b - a for a, b in zip(sizes, sizes[1:], strict=False) if b != a]
+        steps = [b - a for a, b in itertools.pairwise(sizes) if b != a]
         assert all(s > 0 for s in steps) or all(s < 0 for s in steps), sizes
 
 
