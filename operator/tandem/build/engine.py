@@ -83,9 +83,7 @@ def _pod_spec(isvc: InferenceService, role: str, pool: PoolSpec) -> dict[str, An
     spec: dict[str, Any] = {
         "containers": [_container(isvc, role, pool, sim, bool(source.pvc_claim))],
         "volumes": volumes,
-        "terminationGracePeriodSeconds": math.ceil(engine.shutdown_timeout)
-        + PRESTOP_SLEEP_S
-        + 15,
+        "terminationGracePeriodSeconds": math.ceil(engine.shutdown_timeout) + PRESTOP_SLEEP_S + 15,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}
