@@ -24,6 +24,21 @@ class LatencyObservation:
     """Requests that finished their first token in the window (TTFT samples)."""
     source: str = "router"
     """``router`` (what users feel) or ``engine`` (fallback)."""
+    requests_per_s: float | None = None
+    """Requests answered per second (router ``tandem_router_requests_total``, any code);
+    ``None`` from engine histograms."""
+    error_requests_per_s: float | None = None
+    """Of those, answered with a 5xx status."""
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    """One engine pod's gauges at this tick, for picking which pods to remove."""
+
+    waiting_requests: float = 0.0
+    running_requests: float = 0.0
+    kv_usage: float = 0.0
+    """``vllm:kv_cache_usage_perc`` (0-1), mean over the pod's engines."""
 
 
 @dataclass(frozen=True)
@@ -61,12 +76,25 @@ class PoolObservation:
     """Rate of ``vllm:request_success_total`` (all finish reasons)."""
     latency: LatencyObservation | None = None
     """The engines' own latency over the window (fallback when the router has none)."""
+    gpu_utilization: float | None = None
+    """Mean fraction of the window the pool's GPUs were busy (what DCGM's
+    ``DCGM_FI_DEV_GPU_UTIL`` reports), when known; only the HPA baseline uses it."""
+    rated: int = 0
+    """Pods whose counters contributed to the rates (read at this tick and an earlier
+    one); a pod seen for the first time adds to the gauges but not yet to the rates."""
+    pods: Mapping[str, PodObservation] = field(default_factory=dict)
+    """Per-pod gauges of the pods that answered."""
 
     @property
     def available(self) -> bool:
         """Whether the pool's signals can be trusted this tick: some pod answered and
         every ready pod did."""
         return not self.failed and self.scraped > 0 and self.scraped >= self.ready
+
+    @property
+    def rates_available(self) -> bool:
+        """Whether the rates cover every pod that answered (false on a first scrape)."""
+        return self.available and self.rated >= self.scraped
 
 
 @dataclass(frozen=True)
@@ -83,3 +111,5 @@ class Observation:
     """Prompt tokens/s arriving at the router, when it reports them."""
     errors: tuple[str, ...] = ()
     """Problems reading the router or the metrics source, for status."""
+    empty_queries: tuple[str, ...] = ()
+    """PromQL that returned no series (Prometheus source only), for status."""
