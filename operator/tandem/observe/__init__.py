@@ -1,6 +1,14 @@
 """Observation: what the autoscaler sees of a service at one tick.
 
-``types`` holds the frozen observations the policy consumes (pure); the parsers turn
-Prometheus text from engines and routers into them (pure); the scrapers fetch that text
-from pods or query a Prometheus server (I/O).
+Pure (no I/O, no aiohttp/prometheus_client): ``types`` (the frozen observations the
+policy consumes), ``source`` (what a source is asked, the interface both share),
+``text`` (the exposition-format parser), ``histogram`` (deltas and percentiles),
+``parse`` (engine/router pages → per-pod samples), ``compute`` (two samples → an
+observation), ``promql`` (the queries of the Prometheus source) and ``promresult``
+(its answers → an observation).
+
+I/O: ``scrape`` (``Scraper``: every pod's ``/metrics`` over HTTP) and ``prometheus``
+(``PrometheusSource``: a Prometheus server's HTTP API).
+
+This package imports nothing itself, so importing a pure module loads no I/O library.
 """

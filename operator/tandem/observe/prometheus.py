@@ -1,0 +1,176 @@
+"""The Prometheus source: the same observation, read from a Prometheus server. I/O.
+
+Runs the PromQL of :mod:`tandem.observe.promql` against ``/api/v1/query``
+concurrently, each under a timeout, and assembles the answers with the pure
+:func:`~tandem.observe.promresult.compute_prometheus_observation`. Rates and
+percentiles are Prometheus's own (``rate``, ``histogram_quantile``) over
+``window_s``, so this source needs no memory between ticks. A failed or empty query
+never raises: it is reported in the observation, with its PromQL, for status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+
+import aiohttp
+
+from tandem.observe.histogram import DEFAULT_PERCENTILES
+from tandem.observe.promql import ROUTER_ROLE, PromTarget, QueryKey, build_queries
+from tandem.observe.promresult import (
+    PoolSize,
+    PrometheusQueryError,
+    Vector,
+    compute_prometheus_observation,
+    parse_query_response,
+)
+from tandem.observe.source import PoolTargets
+from tandem.observe.types import Observation
+
+
+async def fetch_query(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    promql: str,
+    timeout_s: float,
+    at_s: float | None = None,
+) -> Vector:
+    """One instant query; raises :class:`PrometheusQueryError` on any failure."""
+    form = {"query": promql, "timeout": f"{timeout_s:g}"}
+    if at_s is not None:
+        form["time"] = f"{at_s:.3f}"
+    url = base_url.rstrip("/") + "/api/v1/query"
+    try:
+        async with asyncio.timeout(timeout_s), session.post(url, data=form) as resp:
+            try:
+                payload = await resp.json(content_type=None)
+            except ValueError:
+                text = (await resp.text())[:200]
+                raise PrometheusQueryError(f"HTTP {resp.status} from {url}: {text}") from None
+    except TimeoutError:
+        raise PrometheusQueryError(f"no answer from {url} within {timeout_s:g} s") from None
+    except aiohttp.ClientError as err:
+        raise PrometheusQueryError(f"{type(err).__name__} for {url}: {err}") from None
+    return parse_query_response(payload)
+
+
+async def fetch_queries(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    queries: Mapping[QueryKey, str],
+    timeout_s: float,
+    max_concurrency: int = 8,
+    at_s: float | None = None,
+) -> dict[QueryKey, Vector | Exception]:
+    """Every query's series, or the error it got, run concurrently."""
+    gate = asyncio.Semaphore(max_concurrency)
+
+    async def one(promql: str) -> Vector | Exception:
+        async with gate:
+            try:
+                return await fetch_query(session, base_url, promql, timeout_s, at_s)
+            except PrometheusQueryError as err:
+                return err
+
+    keys = list(queries)
+    answers = await asyncio.gather(*(one(queries[key]) for key in keys))
+    return dict(zip(keys, answers, strict=True))
+
+
+class PrometheusSource:
+    """Observations of one InferenceService from a Prometheus server.
+
+    ``window_s`` is the range of every ``rate``/``increase`` (at least two scrape
+    intervals of the Prometheus job, or rates come back empty). With ``pin_pods`` the
+    queries are restricted to the pods passed in, and a passed pod without series is
+    reported as failed.
+
+    Every query of a tick is evaluated at one instant (``evaluation_clock``, Unix time),
+    so all rates cover the same window: asked one after the other without it, two
+    queries may see different last samples.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        target: PromTarget,
+        session: aiohttp.ClientSession | None = None,
+        *,
+        window_s: float = 60.0,
+        timeout_s: float = 5.0,
+        percentiles: Iterable[int] = DEFAULT_PERCENTILES,
+        pin_pods: bool = True,
+        clock: Callable[[], float] = time.time,
+        evaluation_clock: Callable[[], float] = time.time,
+        max_concurrency: int = 8,
+    ) -> None:
+        self.url = url
+        self.target = target
+        self.window_s = window_s
+        self.timeout_s = timeout_s
+        self.percentiles = tuple(percentiles)
+        self.pin_pods = pin_pods
+        self._session = session
+        self._owns_session = session is None
+        self._clock = clock
+        self._evaluation_clock = evaluation_clock
+        self._max_concurrency = max_concurrency
+
+    def build_queries(
+        self, pools: Mapping[str, PoolTargets], routers: Mapping[str, str] | None = None
+    ) -> dict[QueryKey, str]:
+        """The PromQL this tick runs (pure; shown in docs and status)."""
+        pods: dict[str, list[str]] | None = None
+        if self.pin_pods:
+            pods = {role: list(t.pods) for role, t in pools.items()}
+            if routers is not None:
+                pods[ROUTER_ROLE] = list(routers)
+        return build_queries(
+            self.target, list(pools), self.window_s, self.percentiles, pods, router=True
+        )
+
+    async def observe(
+        self, pools: Mapping[str, PoolTargets], routers: Mapping[str, str] | None = None
+    ) -> Observation:
+        """Query Prometheus for this tick; ``routers`` only pins the router pods."""
+        now_s = self._clock()
+        queries = self.build_queries(pools, routers)
+        results = await fetch_queries(
+            self._http(),
+            self.url,
+            queries,
+            self.timeout_s,
+            self._max_concurrency,
+            at_s=self._evaluation_clock(),
+        )
+        sizes = {
+            role: PoolSize(t.replicas, t.ready, tuple(t.pods) if self.pin_pods else ())
+            for role, t in pools.items()
+        }
+        return compute_prometheus_observation(
+            now_s, self.window_s, sizes, queries, results, self.target.labels, self.percentiles
+        )
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the HTTP session if this source opened it."""
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> PrometheusSource:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
