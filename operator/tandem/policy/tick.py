@@ -1,0 +1,99 @@
+"""One autoscaler tick as the operator runs it: status in, decision and patches out. Pure.
+
+The operator keeps no autoscaler state in memory: every tick reads it from
+``status.autoscaler``, calls :func:`~tandem.policy.decide.decide`, and writes back the
+new state together with what users read (``desiredReplicas``, the last decision with
+its reason, ``ScalingActive`` and ``MetricsAvailable``). A restarted operator therefore
+loses nothing, and the parity test can check that this path and the simulator's
+in-memory path make identical decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.observe.types import Observation, PoolObservation
+from tandem.policy.config import PolicyConfig
+from tandem.policy.decide import decide
+from tandem.policy.state import PolicyState
+from tandem.policy.types import Decision
+
+#: Pod annotation the ReplicaSet controller reads to pick which pods to delete first.
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one tick decided and what the operator must write."""
+
+    state: PolicyState
+    decision: Decision
+    scale: Mapping[str, int]
+    """Role → replicas, only for pools whose size changes."""
+    status: dict[str, Any]
+    """A merge patch for ``.status``."""
+
+
+def compute_tick(
+    status: Mapping[str, Any] | None, obs: Observation, config: PolicyConfig, now_iso: str
+) -> Tick:
+    """Run the policy on ``obs`` with the state kept in ``status``."""
+    state = PolicyState.from_dict((status or {}).get("autoscaler"))
+    state, decision = decide(state, obs, config)
+    pools: dict[str, Any] = {}
+    for role, pool in decision.pools.items():
+        entry: dict[str, Any] = {"desiredReplicas": pool.desired}
+        if pool.desired != pool.current:
+            entry["lastScaleTime"] = now_iso
+            entry["lastDecision"] = {
+                "time": now_iso,
+                "fromReplicas": pool.current,
+                "toReplicas": pool.desired,
+                "reason": pool.reason,
+            }
+        pools[role] = entry
+    patch = {
+        "pools": pools,
+        "autoscaler": state.to_dict(),
+        "conditions": [
+            _condition(
+                "ScalingActive",
+                config.policy != "static",
+                "Autoscaling" if config.policy != "static" else "StaticPolicy",
+                f"policy {config.policy}; " + "; ".join(p.reason for p in decision.pools.values()),
+                now_iso,
+            ),
+            _metrics_condition(decision, obs, now_iso),
+        ],
+    }
+    scale = {role: p.desired for role, p in decision.changes.items()}
+    return Tick(state=state, decision=decision, scale=scale, status=patch)
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str, now_iso: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": now_iso,
+    }
+
+
+def _metrics_condition(decision: Decision, obs: Observation, now_iso: str) -> dict[str, Any]:
+    missing = [p.reason for p in decision.pools.values() if not p.metrics_available]
+    if not missing:
+        return _condition("MetricsAvailable", True, "Scraped", "every ready pod answered", now_iso)
+    detail = "; ".join([*missing, *obs.errors, *(f"no data: {q}" for q in obs.empty_queries)])
+    return _condition("MetricsAvailable", False, "MetricsMissing", detail, now_iso)
+
+
+def compute_deletion_costs(pool: PoolObservation) -> dict[str, int]:
+    """Pod → ``pod-deletion-cost``: the least-loaded pods get the lowest cost, so a
+    scale-down removes them first (running sequences weigh most: they would be cut)."""
+    return {
+        pod: round(g.running_requests * 10 + g.waiting_requests)
+        for pod, g in sorted(pool.pods.items())
+    }

@@ -1,0 +1,63 @@
+"""The operator's tick: state through status, patches, conditions, deletion costs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tandem.observe.types import PodObservation
+from tandem.policy.tick import compute_deletion_costs, compute_tick
+from tests.policy.factories import decode_load, make_config, make_obs, make_pool, prefill_load
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def test_tick_scales_only_changed_pools_and_writes_status() -> None:
+    obs = make_obs(0, prefill_load(2, 60_000), decode_load(2, 10, 0.1))
+    tick = compute_tick(None, obs, make_config(), NOW)
+    assert tick.scale == {"prefill": 6}
+    pools = tick.status["pools"]
+    assert pools["prefill"]["desiredReplicas"] == 6 and pools["decode"]["desiredReplicas"] == 2
+    last = pools["prefill"]["lastDecision"]
+    assert (last["fromReplicas"], last["toReplicas"]) == (2, 6)
+    assert "prompt demand" in last["reason"]
+    assert "lastDecision" not in pools["decode"]
+    types = {c["type"]: c for c in tick.status["conditions"]}
+    assert types["ScalingActive"]["status"] == "True"
+    assert types["MetricsAvailable"]["status"] == "True"
+
+
+def test_state_survives_through_status() -> None:
+    config = make_config()
+    status: dict[str, Any] = {}
+    for t in range(0, 300, 15):
+        obs = make_obs(t, prefill_load(6, 40_000), decode_load(2, 10, 0.1))
+        status = compute_tick(status, obs, config, NOW).status
+    quiet = make_obs(300, prefill_load(6, 500), decode_load(2, 10, 0.1))
+    # An operator restarted now still remembers the busy window: no scale-down yet ...
+    assert compute_tick(status, quiet, config, NOW).decision.pools["prefill"].desired == 6
+    # ... and once the window has passed without load, it scales down.
+    for t in range(315, 630, 15):
+        tick = compute_tick(
+            status, make_obs(t, prefill_load(6, 500), decode_load(2, 10, 0.1)), config, NOW
+        )
+        status = tick.status
+    assert tick.decision.pools["prefill"].desired == 5
+
+
+def test_missing_metrics_condition_names_the_pod() -> None:
+    broken = make_pool("decode", 3, scraped=2, failed={"chat-decode-abc": "connection refused"})
+    tick = compute_tick(None, make_obs(0, prefill_load(2, 1_000), broken), make_config(), NOW)
+    cond = next(c for c in tick.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert cond["status"] == "False" and cond["reason"] == "MetricsMissing"
+    assert "chat-decode-abc: connection refused" in cond["message"]
+    assert tick.scale == {}
+
+
+def test_deletion_cost_prefers_the_least_loaded_pods() -> None:
+    pods = {
+        "a": PodObservation(running_requests=40),
+        "b": PodObservation(running_requests=2),
+        "c": PodObservation(running_requests=0, waiting_requests=1),
+    }
+    costs = compute_deletion_costs(make_pool("decode", 3, pods=pods))
+    assert sorted(costs, key=costs.__getitem__) == ["c", "b", "a"]
