@@ -207,3 +207,22 @@ def test_router_rbac_is_read_only() -> None:
 @pytest.mark.parametrize("mode", ["disaggregated", "aggregated"])
 def test_builders_are_deterministic(mode: str) -> None:
     assert _children(make_manifest(mode=mode)) == _children(make_manifest(mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["disaggregated", "aggregated"])
+def test_sim_command_lines_parse_with_the_sim_engine_parser(mode: str) -> None:
+    from tandem.cli import build_parser
+
+    manifest = make_manifest(
+        backend="sim", mode=mode, engine={"backend": "sim", "schedulingPolicy": "priority"}
+    )
+    for child in _children(manifest):
+        if child["kind"] != "Deployment" or child["metadata"]["name"].endswith("-router"):
+            continue
+        command = child["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert command[0] == "tandem"
+        args = build_parser().parse_args(command[1:])
+        assert args.served_model_name == ["llama"] and args.port == 8000
+        assert args.scheduling_policy == "priority"
+        env = {e["name"] for e in child["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert ("VLLM_NIXL_SIDE_CHANNEL_HOST" in env) == (mode == "disaggregated")

@@ -153,14 +153,18 @@ def _ports(role: str, sim: bool) -> list[dict[str, Any]]:
 
 def _env(isvc: InferenceService, role: str, sim: bool) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/cache/huggingface"}]
-    if not sim and role != "pool":
-        env += [
+    if role != "pool":
+        # The address a decode engine pulls KV from (the sim engine advertises it too).
+        env.append(
             {
                 "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
                 "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-            },
-            {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)},
-        ]
+            }
+        )
+        if not sim:
+            env.append(
+                {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}
+            )
     secret = isvc.spec.model.secret_ref
     if secret is not None and not sim and isvc.spec.model.uri.startswith("hf://"):
         env.append(

@@ -1,0 +1,368 @@
+"""The engine model: requests in, iterations out, time always passed in. Pure.
+
+``Engine`` is what both drivers step: the simulated server (real time, one asyncio task)
+and the fleet simulator (virtual time, an event heap). A driver calls
+:meth:`Engine.add_request` as requests arrive, :meth:`Engine.step` whenever the previous
+iteration has ended (``result.end_s``), and :meth:`Engine.next_timer_s` to know when an idle
+engine next needs a step (a KV transfer finishing, a lease expiring). Nothing here reads a
+clock. Per-iteration work is O(scheduled sequences).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from tandem.engine.model.config import EngineConfig, default_scheduler_limits
+from tandem.engine.model.cost import CostModel
+from tandem.engine.model.presets import get_gpu, get_model
+from tandem.engine.model.request import (
+    EngineRequest,
+    EngineStats,
+    FinishedRequest,
+    FinishReason,
+    HeldKV,
+    IterationResult,
+)
+from tandem.engine.model.scheduler import Scheduler
+from tandem.engine.model.sequence import (
+    DONE,
+    HELD,
+    KV_READY,
+    RUNNING,
+    TRANSFERRING,
+    WAITING,
+    Sequence,
+)
+from tandem.engine.model.stats import build_stats
+
+
+class Engine:
+    """One continuous-batching engine (one vLLM instance on ``tp`` GPUs)."""
+
+    def __init__(self, config: EngineConfig, cost: CostModel) -> None:
+        self.config = config
+        self.cost = cost
+        self.scheduler = Scheduler(config, cost)
+        self._seqs: dict[str, Sequence] = {}
+        self._held: dict[str, tuple[Sequence, float]] = {}
+        self._held_heap: list[tuple[float, int, str]] = []
+        self._order = 0
+        self.prompt_tokens_total = 0
+        self.prompt_tokens_cache_hit_total = 0
+        self.prompt_tokens_external_total = 0
+        self.generation_tokens_total = 0
+        self.iterations_total = 0
+        self.busy_s_total = 0.0
+        self.kv_expired_total = 0
+        self.kv_load_failures_total = 0
+        self.finished_by_reason: dict[str, int] = {}
+
+    @classmethod
+    def from_presets(
+        cls,
+        model: str = "llama-3.1-8b",
+        gpu: str = "h100",
+        tensor_parallel: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        **overrides: object,
+    ) -> Engine:
+        """An engine with vLLM's defaults for a preset model and GPU; ``overrides`` are
+        :class:`EngineConfig` fields (``max_num_seqs=64``, ``batching="static"``...)."""
+        cost = CostModel(get_model(model), get_gpu(gpu), tensor_parallel)
+        max_seqs, max_tokens = default_scheduler_limits(cost.gpu)
+        fields: dict[str, object] = {
+            "num_gpu_blocks": cost.num_gpu_blocks(16, gpu_memory_utilization),
+            "max_num_seqs": max_seqs,
+            "max_num_batched_tokens": max_tokens,
+            "max_model_len": cost.model.max_model_len,
+        }
+        fields.update(overrides)
+        return cls(EngineConfig(**fields), cost)  # type: ignore[arg-type]
+
+    # -- read-only state -------------------------------------------------------------
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Queued requests, including those waiting for a KV transfer (as vLLM counts)."""
+        sched = self.scheduler
+        return len(sched.waiting) + len(sched.transferring) + len(sched.kv_ready)
+
+    @property
+    def kv_usage(self) -> float:
+        """Used KV blocks / all blocks, 0-1."""
+        return self.scheduler.kv.usage
+
+    @property
+    def has_work(self) -> bool:
+        """True when a step could run something (it may still be blocked on KV space)."""
+        sched = self.scheduler
+        return bool(sched.running or sched.kv_ready) or len(sched.waiting) > 0
+
+    @property
+    def waiting_prompt_tokens(self) -> int:
+        """Prompt tokens of queued requests (admission control); O(queue length)."""
+        return sum(seq.prompt_tokens for seq in self.scheduler.waiting)
+
+    def next_timer_s(self) -> float | None:
+        """Earliest pending KV-transfer completion (timed mode) or lease expiry, or None."""
+        times = [h[0][0] for h in (self.scheduler.transfer_heap, self._held_heap) if h]
+        return min(times) if times else None
+
+    def held_kv(self, request_id: str) -> HeldKV | None:
+        """Prefill role: the blocks a finished request keeps for a remote decode."""
+        entry = self._held.get(request_id)
+        if entry is None:
+            return None
+        seq, expiry_s = entry
+        return HeldKV(request_id, seq.prompt_tokens, seq.num_blocks, expiry_s)
+
+    # -- driving ---------------------------------------------------------------------
+
+    def add_request(self, req: EngineRequest, now_s: float) -> None:
+        """Queue ``req`` arriving at ``now_s``. ``ValueError`` if it can never run."""
+        cfg = self.config
+        if req.request_id in self._seqs:
+            raise ValueError(f"request id {req.request_id!r} is already in the engine")
+        if req.prompt_tokens < 1 or req.max_tokens < 1:
+            raise ValueError("prompt_tokens and max_tokens must be >= 1")
+        if req.prompt_tokens >= cfg.max_model_len:
+            raise ValueError(
+                f"prompt of {req.prompt_tokens} tokens leaves no room for output within "
+                f"max_model_len={cfg.max_model_len}"
+            )
+        max_tokens = min(req.max_tokens, cfg.max_model_len - req.prompt_tokens)
+        seq = Sequence(req, now_s, self._order, max_tokens)
+        self._order += 1
+        self._seqs[req.request_id] = seq
+        self.scheduler.waiting.push(seq)
+
+    def step(self, now_s: float) -> IterationResult:
+        """Run one iteration starting at ``now_s``; its tokens count as emitted at end_s."""
+        sched = self.scheduler
+        expired = self._expire_leases(now_s) if self._held_heap else ()
+        if sched.transfer_heap and sched.transfer_heap[0][0] <= now_s:
+            self._complete_due_transfers(now_s)
+        batch = sched.schedule(now_s)
+        for _ in range(2):
+            # Preempting the only runnable sequences can empty a batch that a second pass,
+            # with those blocks free, would fill; an idle result must mean "blocked".
+            if batch.seqs or not batch.preempted:
+                break
+            retry = sched.schedule(now_s)
+            retry.preempted[:0] = batch.preempted
+            retry.transfers[:0] = batch.transfers
+            batch = retry
+        seqs, tokens = batch.seqs, batch.tokens
+        if not seqs:
+            return IterationResult(
+                now_s,
+                0.0,
+                0,
+                0,
+                0,
+                (),
+                (),
+                (),
+                tuple(batch.preempted),
+                tuple(batch.transfers),
+                expired,
+            )
+        args = batch.cost_args
+        if args is None:
+            pairs = 0.0
+            kv_read = sampled = 0
+            for seq, n in zip(seqs, tokens, strict=True):
+                c = seq.num_computed
+                pairs += n * c + n * (n + 1) * 0.5
+                kv_read += c
+                if c + n == seq.num_tokens:
+                    sampled += 1
+            args = (batch.num_tokens, pairs, len(seqs), kv_read, sampled)
+        duration_s = self.cost.iteration_s(*args)
+        end_s = now_s + duration_s
+        emitted: list[str] = []
+        first: list[str] = []
+        finished: list[FinishedRequest] = []
+        decode_tokens = 0
+        caching = self.config.enable_prefix_caching and self.config.batching == "continuous"
+        for seq, n in zip(seqs, tokens, strict=True):
+            if n == 1 and seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:
+                decode_tokens += 1
+            seq.num_computed += n
+            if caching and seq.num_hashed < len(seq.req.block_hashes):
+                self._register_blocks(seq)
+            if seq.num_computed == seq.num_tokens:
+                seq.num_output += 1
+                seq.num_tokens += 1
+                emitted.append(seq.request_id)
+                if seq.first_token_s is None:
+                    seq.first_token_s = end_s
+                    first.append(seq.request_id)
+                    self._count_prompt(seq)
+                if seq.num_output >= seq.max_tokens:
+                    finished.append(self._finish(seq, "length", end_s))
+                elif seq.stop_after is not None and seq.num_output >= seq.stop_after:
+                    finished.append(self._finish(seq, "stop", end_s))
+        if finished:
+            sched.running = [s for s in sched.running if s.status == RUNNING]
+        self.generation_tokens_total += len(emitted)
+        self.iterations_total += 1
+        self.busy_s_total += duration_s
+        return IterationResult(
+            now_s,
+            duration_s,
+            len(seqs),
+            batch.num_tokens - decode_tokens,
+            decode_tokens,
+            tuple(emitted),
+            tuple(first),
+            tuple(finished),
+            tuple(batch.preempted),
+            tuple(batch.transfers),
+            expired,
+        )
+
+    def abort(self, request_id: str, now_s: float) -> FinishedRequest | None:
+        """Remove a request wherever it is and free its blocks (client disconnect).
+
+        Returns its record (reason ``abort``), or None if unknown or already finished; a
+        finished request still holding KV for a remote decode has its blocks freed.
+        """
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            self.release_kv(request_id)
+            return None
+        sched = self.scheduler
+        if seq.status == WAITING:
+            sched.waiting.discard(seq)
+        elif seq.status == RUNNING:
+            sched.running.remove(seq)
+        elif seq.status == TRANSFERRING:
+            del sched.transferring[request_id]
+        elif seq.status == KV_READY:
+            sched.kv_ready.remove(seq)
+        return self._finish(seq, "abort", now_s)
+
+    def release_kv(self, request_id: str) -> bool:
+        """Prefill role: the decode side pulled the KV; free the held blocks."""
+        entry = self._held.pop(request_id, None)
+        if entry is None:
+            return False
+        entry[0].status = DONE
+        self.scheduler.free_blocks(entry[0])
+        return True
+
+    def extend_kv_lease(self, request_id: str, now_s: float) -> bool:
+        """Prefill role: a heartbeat from the decode side; the lease restarts at ``now_s``."""
+        entry = self._held.get(request_id)
+        if entry is None:
+            return False
+        expiry_s = now_s + self.config.kv_lease_s
+        self._held[request_id] = (entry[0], expiry_s)
+        heapq.heappush(self._held_heap, (expiry_s, entry[0].order, request_id))
+        return True
+
+    def complete_kv_transfer(
+        self, request_id: str, ok: bool, now_s: float
+    ) -> FinishedRequest | None:
+        """Decode role: the KV pull finished. On success the request decodes next (its last
+        prompt token is recomputed, as vLLM does); on failure it ends with ``error`` or, with
+        ``kv_load_failure_policy="recompute"``, re-runs its prefill locally. Returns the
+        record of a request that ended."""
+        sched = self.scheduler
+        seq = sched.transferring.pop(request_id, None)
+        if seq is None:
+            return None
+        seq.remote = None
+        if ok:
+            seq.num_computed = seq.prompt_tokens - 1
+            seq.external_tokens = seq.prompt_tokens - 1
+            seq.status = KV_READY
+            sched.kv_ready.append(seq)
+            return None
+        self.kv_load_failures_total += 1
+        if self.config.kv_load_failure_policy == "fail":
+            return self._finish(seq, "error", now_s)
+        sched.free_blocks(seq)
+        seq.num_computed = 0
+        seq.status = WAITING
+        sched.waiting.push_front(seq)
+        return None
+
+    # -- internals -------------------------------------------------------------------
+
+    def _count_prompt(self, seq: Sequence) -> None:
+        self.prompt_tokens_total += seq.prompt_tokens
+        self.prompt_tokens_cache_hit_total += seq.cached_tokens
+        self.prompt_tokens_external_total += seq.external_tokens
+
+    def _register_blocks(self, seq: Sequence) -> None:
+        hashes = seq.req.block_hashes
+        upto = min(seq.num_computed // self.config.block_size, len(hashes))
+        kv = self.scheduler.kv
+        for i in range(seq.num_hashed, upto):
+            if seq.private_blocks > 0 and kv.register(hashes[i]):
+                seq.private_blocks -= 1
+                seq.shared.append(hashes[i])
+        seq.num_hashed = max(seq.num_hashed, upto)
+
+    def _finish(self, seq: Sequence, reason: FinishReason, now_s: float) -> FinishedRequest:
+        blocks = seq.num_blocks
+        hold = seq.req.hold_kv_for_remote and reason in ("stop", "length")
+        del self._seqs[seq.request_id]
+        if hold:
+            old = self._held.pop(seq.request_id, None)
+            if old is not None:
+                self.scheduler.free_blocks(old[0])
+            seq.status = HELD
+            expiry_s = now_s + self.config.kv_lease_s
+            self._held[seq.request_id] = (seq, expiry_s)
+            heapq.heappush(self._held_heap, (expiry_s, seq.order, seq.request_id))
+        else:
+            seq.status = DONE
+            self.scheduler.free_blocks(seq)
+        self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+        return FinishedRequest(
+            seq.request_id,
+            reason,
+            seq.prompt_tokens,
+            seq.num_output,
+            seq.cached_tokens,
+            seq.max_tokens,
+            seq.arrival_s,
+            seq.first_scheduled_s,
+            seq.first_token_s,
+            now_s,
+            seq.num_preemptions,
+            hold,
+            blocks,
+        )
+
+    def _expire_leases(self, now_s: float) -> tuple[str, ...]:
+        heap = self._held_heap
+        expired: list[str] = []
+        while heap and heap[0][0] <= now_s:
+            expiry_s, order, request_id = heapq.heappop(heap)
+            entry = self._held.get(request_id)
+            if entry is None or entry[1] != expiry_s or entry[0].order != order:
+                continue
+            self.release_kv(request_id)
+            self.kv_expired_total += 1
+            expired.append(request_id)
+        return tuple(expired)
+
+    def _complete_due_transfers(self, now_s: float) -> None:
+        heap = self.scheduler.transfer_heap
+        while heap and heap[0][0] <= now_s:
+            _, order, request_id = heapq.heappop(heap)
+            seq = self.scheduler.transferring.get(request_id)
+            if seq is not None and seq.order == order:
+                self.complete_kv_transfer(request_id, True, now_s)
+
+    def stats(self) -> EngineStats:
+        """A snapshot for metrics; O(requests in the engine), so call it per scrape."""
+        return build_stats(self, list(self._seqs.values()), [s for s, _ in self._held.values()])

@@ -1,0 +1,181 @@
+"""The aiohttp application of the simulated vLLM engine: routes, app factory, lifecycle.
+
+I/O. ``create_app(config)`` builds an app whose ``cleanup_ctx`` starts the stepping task
+(and, for the decode role, the KV-lease heartbeats and the HTTP client for KV pulls) and
+cancels them on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client.exposition import choose_encoder
+
+from tandem.engine.server.config import SimServerConfig
+from tandem.engine.server.errors import error_body
+from tandem.engine.server.generate import handle_chat, handle_completions
+from tandem.engine.server.keys import STATE_KEY, TASKS_KEY
+from tandem.engine.server.kv_transfer import (
+    HEARTBEAT_PATH,
+    PULL_PATH,
+    heartbeat_loop,
+    make_pull,
+    serve_heartbeat,
+    serve_pull,
+)
+from tandem.engine.server.state import ServerState
+
+VLLM_VERSION = "0.34.0"
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    """200 once started and alive; 503 while loading or after a crash."""
+    state = request.app[STATE_KEY]
+    if state.dead:
+        return web.json_response(error_body(503, "EngineDeadError", "EngineDeadError"), status=503)
+    if not state.ready:
+        return web.json_response(
+            error_body(503, "The engine is starting up", "ServiceUnavailableError"), status=503
+        )
+    return web.Response(status=200)
+
+
+async def handle_models(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    cfg = state.config
+    data = []
+    for name in cfg.served_model_names:
+        data.append(
+            {
+                "id": name,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "vllm",
+                "root": cfg.cost.model.name,
+                "parent": None,
+                "max_model_len": cfg.engine.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{cfg.engine_id}",
+                        "object": "model_permission",
+                        "created": state.created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+        )
+    return web.json_response({"object": "list", "data": data})
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    """Prometheus text, or OpenMetrics when the scraper asks for it (as prometheus_client)."""
+    state = request.app[STATE_KEY]
+    state.refresh_metrics()
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = encoder(state.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def handle_version(request: web.Request) -> web.Response:
+    return web.json_response({"version": VLLM_VERSION})
+
+
+async def handle_load(request: web.Request) -> web.Response:
+    return web.json_response({"server_load": len(request.app[STATE_KEY].runner.streams)})
+
+
+async def handle_sim_stats(request: web.Request) -> web.Response:
+    """Simulator-only: engine counters and how closely the loop keeps modelled time."""
+    state = request.app[STATE_KEY]
+    stats = dataclasses.asdict(state.engine.stats())
+    loop = dataclasses.asdict(state.runner.loop_stats)
+    ratio = loop["itl_wall_sum_s"] / loop["itl_model_sum_s"] if loop["itl_model_sum_s"] else None
+    return web.json_response(
+        {
+            "role": state.config.role,
+            "engine": stats,
+            "loop": loop,
+            "itl_wall_over_model": ratio,
+            "in_flight": len(state.runner.streams),
+        }
+    )
+
+
+async def _json_body(request: web.Request) -> object:
+    try:
+        return await request.json()
+    except ValueError:
+        return None
+
+
+async def handle_kv_pull(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    status, body = await serve_pull(state.runner, state.config.engine_id, await _json_body(request))
+    return web.json_response(body, status=status)
+
+
+async def handle_kv_heartbeat(request: web.Request) -> web.Response:
+    status, body = serve_heartbeat(request.app[STATE_KEY].runner, await _json_body(request))
+    return web.json_response(body, status=status)
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE_KEY]
+    cfg = state.config
+    state.started_monotonic = time.monotonic()
+    session = aiohttp.ClientSession()
+    state.session = session
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(state.runner.run())]
+    if cfg.role == "decode":
+        state.runner.pull = make_pull(session, cfg.kv_pull_timeout_s)
+        lease_s = cfg.engine.kv_lease_s
+        tasks.append(loop.create_task(heartbeat_loop(state.runner, session, state.clock, lease_s)))
+    app[TASKS_KEY] = tasks
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await state.runner.close()
+        await session.close()
+
+
+def create_app(
+    config: SimServerConfig, on_crash: Callable[[], None] | None = None
+) -> web.Application:
+    """The simulated engine as an aiohttp app. ``on_crash`` runs when a crash is injected."""
+    app = web.Application(client_max_size=64 * 1024**2)
+    app[STATE_KEY] = ServerState(config, on_crash)
+    app.router.add_post("/v1/completions", handle_completions)
+    app.router.add_post("/v1/chat/completions", handle_chat)
+    app.router.add_get("/v1/models", handle_models)
+    app.router.add_get("/health", handle_health)
+    app.router.add_get("/ping", handle_health)
+    app.router.add_post("/ping", handle_health)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/version", handle_version)
+    app.router.add_get("/load", handle_load)
+    app.router.add_get("/tandem/stats", handle_sim_stats)
+    if config.role == "prefill":
+        app.router.add_post(PULL_PATH, handle_kv_pull)
+        app.router.add_post(HEARTBEAT_PATH, handle_kv_heartbeat)
+    app.cleanup_ctx.append(_lifecycle)
+    return app

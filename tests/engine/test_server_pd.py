@@ -1,0 +1,181 @@
+"""The P/D handoff between a prefill and a decode server over real loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from .conftest import StartServer, state_of
+
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 20  # 225 tokens
+PREFILL_FIELDS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+async def prefill(client: TestClient[Any, Any], request_id: str = "req-1") -> dict[str, Any]:
+    body = {"prompt": PROMPT, "max_tokens": 1, "kv_transfer_params": PREFILL_FIELDS}
+    resp = await client.post("/v1/completions", json=body, headers={"X-Request-Id": request_id})
+    assert resp.status == 200
+    data = await resp.json()
+    assert data["choices"][0]["finish_reason"] == "length"
+    params: dict[str, Any] = data["kv_transfer_params"]
+    return params
+
+
+def decode_body(params: dict[str, Any], stream: bool) -> dict[str, Any]:
+    return {"prompt": PROMPT, "max_tokens": 6, "stream": stream, "kv_transfer_params": params}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_handoff_end_to_end(start_server: StartServer) -> None:
+    p = await start_server("prefill", engine_id="engine-p")
+    d = await start_server("decode")
+    params = await prefill(p)
+    for key in (
+        "remote_engine_id",
+        "remote_block_ids",
+        "remote_host",
+        "remote_port",
+        "remote_request_id",
+        "tp_size",
+        "remote_num_tokens",
+        "remote_blocks_expiry_time",
+    ):
+        assert key in params, key
+    assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
+    assert params["remote_engine_id"] == "engine-p" and params["remote_request_id"] == "req-1"
+    assert params["remote_host"] == "127.0.0.1" and params["remote_port"] == p.server.port
+    assert len(params["remote_block_ids"][0]) == 15  # ceil(225 / 16)
+    assert state_of(p).engine.held_kv("req-1") is not None
+    assert state_of(p).engine.kv_usage > 0  # blocks stay reserved until pulled
+
+    resp = await d.post("/v1/completions", json=decode_body(params, stream=False))
+    assert resp.status == 200
+    data = await resp.json()
+    assert (
+        data["usage"]["completion_tokens"] == 6 and data["choices"][0]["finish_reason"] == "length"
+    )
+    assert state_of(p).engine.held_kv("req-1") is None and state_of(p).engine.kv_usage == 0.0
+    stats = state_of(d).engine.stats()
+    assert (
+        stats.prompt_tokens_external_total == 224 and stats.prompt_tokens_local_compute_total == 1
+    )
+    text = await (await d.get("/metrics")).text()
+    assert 'source="external_kv_transfer"} 224.0' in text
+
+
+async def test_streaming_decode_after_prefill(start_server: StartServer) -> None:
+    p = await start_server("prefill")
+    d = await start_server("decode")
+    params = await prefill(p, "req-s")
+    resp = await d.post("/v1/completions", json=decode_body(params, stream=True))
+    body = (await resp.read()).decode()
+    chunks = [json.loads(b[6:]) for b in body.split("\n\n") if b.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks) and body.endswith("data: [DONE]\n\n")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def test_dead_prefill_fails_like_vllm(start_server: StartServer) -> None:
+    p = await start_server("prefill")
+    d = await start_server("decode")
+    params = {**(await prefill(p)), "remote_port": free_port()}
+    resp = await d.post("/v1/completions", json=decode_body(params, stream=False))
+    assert resp.status == 500
+    assert (await resp.json())["error"]["type"] == "InternalServerError"
+    resp = await d.post("/v1/completions", json=decode_body(params, stream=True))
+    assert resp.status == 200
+    events = [b for b in (await resp.read()).decode().split("\n\n") if b]
+    assert json.loads(events[-2][6:])["error"]["code"] == 500 and events[-1] == "data: [DONE]"
+    text = await (await d.get("/metrics")).text()
+    assert 'finished_reason="error",model_name="sim-model"} 2.0' in text
+    assert state_of(d).engine.kv_usage == 0.0
+
+
+async def test_wrong_engine_or_already_pulled_fails(start_server: StartServer) -> None:
+    p = await start_server("prefill")
+    d = await start_server("decode")
+    params = await prefill(p)
+    wrong = {**params, "remote_engine_id": "someone-else"}
+    assert (await d.post("/v1/completions", json=decode_body(wrong, stream=False))).status == 500
+    assert (await d.post("/v1/completions", json=decode_body(params, stream=False))).status == 200
+    assert (await d.post("/v1/completions", json=decode_body(params, stream=False))).status == 500
+
+
+async def test_recompute_policy_prefills_locally(start_server: StartServer) -> None:
+    d = await start_server("decode", engine={"kv_load_failure_policy": "recompute"})
+    params = {
+        "do_remote_prefill": True,
+        "remote_host": "127.0.0.1",
+        "remote_port": free_port(),
+        "remote_request_id": "gone",
+        "remote_engine_id": "x",
+        "remote_block_ids": [[1]],
+    }
+    resp = await d.post("/v1/completions", json=decode_body(params, stream=False))
+    assert resp.status == 200 and (await resp.json())["usage"]["completion_tokens"] == 6
+    stats = state_of(d).engine.stats()
+    assert stats.kv_load_failures_total == 1 and stats.prompt_tokens_local_compute_total == 225
+
+
+async def test_lease_expiry_frees_prefill_blocks(start_server: StartServer) -> None:
+    p = await start_server("prefill", engine={"kv_lease_s": 0.5}, server={"speedup": 10.0})
+    d = await start_server("decode")
+    params = await prefill(p)
+    state = state_of(p)
+    for _ in range(100):
+        if state.engine.held_kv("req-1") is None:
+            break
+        await asyncio.sleep(0.01)
+    assert state.engine.held_kv("req-1") is None and state.engine.kv_usage == 0.0
+    assert (await d.post("/v1/completions", json=decode_body(params, stream=False))).status == 500
+    text = await (await p.get("/metrics")).text()
+    assert "vllm:nixl_num_kv_expired_reqs_total" in text and 'model_name="sim-model"} 1.0' in text
+
+
+async def test_heartbeat_extends_lease(start_server: StartServer) -> None:
+    p = await start_server("prefill", engine={"kv_lease_s": 5.0})
+    await prefill(p, "hb")
+    before = state_of(p).engine.held_kv("hb")
+    assert before is not None
+    await asyncio.sleep(0.02)
+    resp = await p.post("/tandem/kv/heartbeat", json={"request_ids": ["hb", "unknown"]})
+    assert (await resp.json()) == {"extended": 1}
+    after = state_of(p).engine.held_kv("hb")
+    assert after is not None and after.expiry_s > before.expiry_s
+    assert (await p.post("/tandem/kv/heartbeat", json={"nope": 1})).status == 400
+
+
+async def test_decode_counts_transfers_as_waiting(start_server: StartServer) -> None:
+    # a slow link (10 MB/s): 225 tokens x 128 KiB take 2.9 s simulated, 29 ms at 100x speed
+    p = await start_server("prefill", engine={"kv_lease_s": 3000.0}, server={"speedup": 100.0})
+    d = await start_server("decode", engine={"kv_link_bytes_per_s": 1e7}, server={"speedup": 100.0})
+    params = await prefill(p)
+    task = asyncio.ensure_future(d.post("/v1/completions", json=decode_body(params, stream=False)))
+    state = state_of(d)
+    for _ in range(200):
+        if state.engine.stats().num_kv_transferring:
+            break
+        await asyncio.sleep(0.005)
+    assert state.engine.num_waiting == 1 and state.engine.num_running == 0
+    text = await (await d.get("/metrics")).text()
+    assert (
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="sim-model",'
+        'reason="deferred"} 1.0' in text
+    )
+    assert (await task).status == 200
