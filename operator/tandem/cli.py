@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "crd": "tandem.commands.crd",
     "render": "tandem.commands.render",
     "validate": "tandem.commands.validate",
+    "engine": "tandem.commands.engine",
 }
 
 
