@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "render": "tandem.commands.render",
     "validate": "tandem.commands.validate",
     "engine": "tandem.commands.engine",
+    "router": "tandem.commands.router",
 }
 
 

@@ -257,5 +257,6 @@ def run_sim(args: argparse.Namespace) -> int:
         access_log=None,
         print=None,
         shutdown_timeout=args.shutdown_timeout,
+        backlog=2048,  # as vLLM's server: a router opens hundreds of connections at once
     )
     return 0

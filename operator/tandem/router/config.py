@@ -1,0 +1,140 @@
+"""The router's settings as frozen dataclasses, and how they come from an InferenceService. Pure.
+
+One :class:`RouterConfig` drives a router whether its pools come from command-line
+flags (static mode) or from the Kubernetes API (cluster mode): in cluster mode it is
+built from ``spec.router``, ``spec.qos`` and ``spec.engine`` by :func:`build_router_config`
+and replaced whole when the resource changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from tandem.api import InferenceService
+
+Mode = Literal["disaggregated", "aggregated"]
+
+#: Name of the implicit class when the service declares no priority classes.
+DEFAULT_CLASS = "default"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every wait the router does is bounded by one of these (seconds)."""
+
+    connect_s: float = 5.0
+    """Opening a TCP connection to an engine; also the longest wait for a ready decode
+    (or aggregated) engine when that pool is empty."""
+    prefill_s: float = 60.0
+    """The whole prefill leg: request sent to response body read."""
+    first_token_s: float = 120.0
+    """From the decode request to its first byte (a non-streaming answer's whole head)."""
+    idle_stream_s: float = 60.0
+    """Longest silence between two chunks of a streaming answer."""
+
+
+@dataclass(frozen=True)
+class ClassConfig:
+    """A priority class: the vLLM ``priority`` it sets and its admission limit."""
+
+    name: str
+    priority: int = 0
+    """vLLM request priority (lower runs first); sent only under the priority policy."""
+    max_inflight: int | None = None
+    """In-flight requests of this class per router replica; ``None``: only the global bound."""
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Everything that changes how the router treats a request."""
+
+    mode: Mode = "disaggregated"
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    max_inflight: int = 1024
+    """In-flight requests per router replica, all classes together; beyond it: 429."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest request body accepted; beyond it: 413."""
+    priority_header: str = "x-tandem-priority-class"
+    """Request header naming the priority class (matched case-insensitively)."""
+    classes: tuple[ClassConfig, ...] = (ClassConfig(DEFAULT_CLASS),)
+    """Priority classes; never empty."""
+    default_class: str = DEFAULT_CLASS
+    """Class of requests that carry no class header."""
+    send_priority: bool = False
+    """Set vLLM's ``priority`` field; only when engines run ``--scheduling-policy priority``."""
+    short_prompt_tokens: int = 0
+    """Prompts estimated shorter than this skip the prefill leg (0: never skip)."""
+    prefix_affinity_tokens: int = 64
+    """Leading prompt tokens hashed for prefill prefix affinity (0: no affinity).
+
+    64 tokens are four 16-token KV blocks: enough to tell system prompts apart, short
+    enough that two requests sharing a system prompt land on the same prefill engine."""
+    retry_after_s: int = 1
+    """``Retry-After`` sent with a 429 (whole seconds, as HTTP requires)."""
+    scrape_interval_s: float = 1.0
+    """How often each engine's ``/metrics`` is scraped for selection."""
+    model_name: str | None = None
+    """Served model name, when known (cluster mode); only used in messages."""
+
+    def class_named(self, name: str) -> ClassConfig | None:
+        for klass in self.classes:
+            if klass.name == name:
+                return klass
+        return None
+
+    def class_names(self) -> list[str]:
+        return [klass.name for klass in self.classes]
+
+
+def build_router_config(isvc: InferenceService, base: RouterConfig | None = None) -> RouterConfig:
+    """The router settings an InferenceService declares; unspecified knobs keep ``base``'s.
+
+    Without priority classes the service gets one implicit ``default`` class with
+    priority 0; ``defaultClass`` falls back to the first declared class.
+    """
+    spec = isvc.spec
+    router = spec.router
+    declared = tuple(
+        ClassConfig(name=c.name, priority=c.priority, max_inflight=c.max_inflight)
+        for c in spec.qos.priority_classes
+    )
+    classes = declared or (ClassConfig(DEFAULT_CLASS),)
+    default = spec.qos.default_class or classes[0].name
+    return replace(
+        base or RouterConfig(),
+        mode=spec.mode,
+        timeouts=Timeouts(
+            connect_s=router.timeouts.connect,
+            prefill_s=router.timeouts.prefill,
+            first_token_s=router.timeouts.first_token,
+            idle_stream_s=router.timeouts.idle_stream,
+        ),
+        max_inflight=router.max_inflight,
+        max_body_bytes=router.max_body_bytes,
+        priority_header=router.priority_header,
+        classes=classes,
+        default_class=default,
+        send_priority=spec.engine.scheduling_policy == "priority",
+        short_prompt_tokens=router.short_prompt_tokens,
+        model_name=spec.model.name,
+    )
+
+
+def parse_class_flag(text: str) -> ClassConfig:
+    """``NAME[:PRIORITY[:MAX_INFLIGHT]]`` (the ``--class`` flag) as a class.
+
+    >>> parse_class_flag("batch:10:64")
+    ClassConfig(name='batch', priority=10, max_inflight=64)
+    """
+    parts = text.split(":")
+    if not parts[0] or len(parts) > 3:
+        raise ValueError(f"expected NAME[:PRIORITY[:MAX_INFLIGHT]], got {text!r}")
+    try:
+        priority = int(parts[1]) if len(parts) > 1 and parts[1] else 0
+        limit = int(parts[2]) if len(parts) > 2 and parts[2] else None
+    except ValueError:
+        raise ValueError(f"priority and max in-flight must be integers in {text!r}") from None
+    if limit is not None and limit < 1:
+        raise ValueError(f"max in-flight must be >= 1 in {text!r}")
+    return ClassConfig(name=parts[0], priority=priority, max_inflight=limit)

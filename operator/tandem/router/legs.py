@@ -1,0 +1,161 @@
+"""Choosing an engine and running one leg on it, with accounting. Does HTTP I/O.
+
+:func:`choose` waits (bounded) for a pool that is momentarily empty and applies the
+pure selection; :func:`run_prefill` is the whole prefill phase of a request, retried
+once on another prefill engine. The decode leg, which streams, is in
+:mod:`tandem.router.relay`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from tandem.router.config import ClassConfig, RouterConfig
+from tandem.router.metrics import ClassMetrics
+from tandem.router.protocol import ParsedRequest, build_prefill_body, parse_kv_params
+from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
+from tandem.router.state import Router
+from tandem.router.upstream import Passthrough, UpstreamFailure, post_json
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+@dataclass
+class Exchange:
+    """One client request on its way through the router."""
+
+    router: Router
+    config: RouterConfig
+    klass: ClassConfig
+    class_metrics: ClassMetrics
+    parsed: ParsedRequest
+    request_id: str
+    headers: dict[str, str]
+    """Headers sent to engines: content type, the request id, the client's Authorization."""
+    arrival_s: float
+    dispatched: bool = False
+    """The first engine request went out (queue wait observed)."""
+    prefill_done_s: float | None = None
+    attempt: int = 0
+    """Prefill runs so far beyond the first (a re-run gets a fresh engine request id)."""
+    code: int = 0
+    """Status the client got (499: it went away; 502/504: its stream broke)."""
+    tried: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def priority(self) -> int | None:
+        return self.klass.priority if self.config.send_priority else None
+
+    def leg_headers(self) -> dict[str, str]:
+        """Headers for the next engine request; a re-run prefill gets a fresh id."""
+        if self.attempt == 0:
+            return self.headers
+        return {**self.headers, "X-Request-Id": f"{self.request_id}-{self.attempt}"}
+
+    def mark_dispatch(self) -> None:
+        if not self.dispatched:
+            self.dispatched = True
+            now = asyncio.get_running_loop().time()
+            self.class_metrics.queue_wait.observe(now - self.arrival_s)
+
+
+def new_request_id(given: str | None) -> str:
+    """The client's ``X-Request-Id`` when it is a sane token, else a fresh one."""
+    if given and len(given) <= 128 and all(c.isalnum() or c in "-_.:" for c in given):
+        return given
+    return uuid.uuid4().hex
+
+
+async def choose(ex: Exchange, role: str, *, wait: bool = True) -> Endpoint | None:
+    """The engine for ``role``'s next leg, excluding ones this request already tried.
+
+    ``wait``: when the pool is empty, wait for an engine up to the connect timeout. The
+    prefill leg does not wait: without prefill engines a request goes decode-only at once.
+    """
+    router, parsed = ex.router, ex.parsed
+    if wait and not router.pools[role].endpoints:
+        await router.wait_for_endpoints(role, ex.config.timeouts.connect_s)
+    tried = frozenset(ex.tried.get(role, ()))
+    members = router.pools[role].members()
+    now_s = asyncio.get_running_loop().time()
+    affinity = parsed.prefix if ex.config.prefix_affinity_tokens > 0 else None
+    mean = router.prompt_sizes.mean_tokens
+    if role == "prefill":
+        chosen = pick_prefill(
+            members,
+            now_s=now_s,
+            rng=router.rng,
+            mean_prompt_tokens=mean,
+            affinity_key=affinity,
+            exclude=tried,
+        )
+    elif role == "decode":
+        chosen = pick_decode(members, now_s=now_s, rng=router.rng, exclude=tried)
+    else:
+        chosen = pick_pool(
+            members,
+            now_s=now_s,
+            rng=router.rng,
+            mean_prompt_tokens=mean,
+            affinity_key=affinity,
+            exclude=tried,
+        )
+    if chosen is not None:
+        ex.tried.setdefault(role, set()).add(chosen.url)
+    return chosen
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    """The prefill phase's outcome: KV params to hand off, or ``None`` (decode-only)."""
+
+    kv_params: dict[str, Any] | None
+
+
+async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
+    """Prefill on one engine, retried once on another; ``kv_params=None`` if both fail.
+
+    The fallback (decode-only: the decode engine prefills locally) keeps a request
+    alive through a prefill pool outage at the price of its latency. A prefill engine's
+    4xx is the client's error and is returned as a :class:`Passthrough`.
+    """
+    router, config = ex.router, ex.config
+    body = build_prefill_body(ex.parsed.body, ex.priority)
+    url_path = PATHS[ex.parsed.kind]
+    for attempt in range(2):
+        endpoint = await choose(ex, "prefill", wait=False)
+        if endpoint is None:
+            break
+        if attempt:
+            router.metrics.retries.labels("prefill").inc()
+        ex.mark_dispatch()
+        endpoint.outstanding_requests += 1
+        endpoint.outstanding_prompt_tokens += ex.parsed.prompt_tokens
+        try:
+            answer = await post_json(
+                router.session,
+                endpoint.url + url_path,
+                body,
+                ex.leg_headers(),
+                timeout_s=config.timeouts.prefill_s,
+                client_timeout=router.client_timeout,
+            )
+        except UpstreamFailure:
+            endpoint.record_failure(asyncio.get_running_loop().time())
+            continue
+        finally:
+            endpoint.outstanding_requests -= 1
+            endpoint.outstanding_prompt_tokens -= ex.parsed.prompt_tokens
+        if isinstance(answer, Passthrough):
+            return answer
+        endpoint.record_success()
+        ex.prefill_done_s = asyncio.get_running_loop().time()
+        kv_params = parse_kv_params(answer)
+        if kv_params is None:
+            router.metrics.retries.labels("fallback").inc()
+        return PrefillResult(kv_params)
+    router.metrics.retries.labels("fallback").inc()
+    return PrefillResult(None)

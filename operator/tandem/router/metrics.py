@@ -1,0 +1,164 @@
+"""The router's Prometheus metrics: the latency users actually see. No I/O of its own.
+
+These are the autoscaler's ground truth, measured where the client is: time to first
+token and inter-token latency per priority class, end-to-end latency, the router's own
+wait before dispatch, the KV handoff between the legs, retries and rejections. Each
+router app has its own registry, so several routers (tests) live in one process.
+
+``tandem_router_inflight{pool,endpoint}`` is computed from the pools when scraped, so a
+removed endpoint disappears from it and dispatch pays nothing to keep it current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tandem.router.pools import Pool
+
+#: Fine steps from 5 ms to 10 s (where TTFT targets sit), coarser up to 2 minutes.
+LATENCY_BUCKETS_S = (
+    0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.25,
+    0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0,
+    15.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+#: Inter-token latency: 2.5 ms to 1 s, finest around the usual 20-100 ms targets.
+ITL_BUCKETS_S = (
+    0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05,
+    0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+#: End-to-end: seconds to many minutes.
+E2E_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
+    20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0,
+)  # fmt: skip
+#: The router's own wait (admission, waiting for a ready engine): 0.1 ms up.
+WAIT_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClassMetrics:
+    """The per-class children, looked up once per class instead of once per request."""
+
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
+    queue_wait: Histogram
+
+
+class RouterMetrics:
+    """Every ``tandem_router_*`` metric, in a registry of its own."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, pools: Callable[[], Iterable[Pool]]) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.requests = Counter(
+            "tandem_router_requests",
+            "Requests answered, by priority class and HTTP status (499: client went away; "
+            "502: a stream that broke after its 200 status line).",
+            ["class", "code"],
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "tandem_router_time_to_first_token_seconds",
+            "From request arrival to the first byte of a streaming answer relayed to the client.",
+            ["class"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=reg,
+        )
+        self.itl = Histogram(
+            "tandem_router_inter_token_latency_seconds",
+            "Gap between consecutive token events of a streaming answer, as relayed.",
+            ["class"],
+            buckets=ITL_BUCKETS_S,
+            registry=reg,
+        )
+        self.e2e = Histogram(
+            "tandem_router_e2e_latency_seconds",
+            "From request arrival to the last byte of the answer.",
+            ["class"],
+            buckets=E2E_BUCKETS_S,
+            registry=reg,
+        )
+        self.queue_wait = Histogram(
+            "tandem_router_queue_wait_seconds",
+            "Time inside the router before the first engine request: admission, parsing, "
+            "waiting for a ready engine.",
+            ["class"],
+            buckets=WAIT_BUCKETS_S,
+            registry=reg,
+        )
+        self.kv_handoff = Histogram(
+            "tandem_router_kv_handoff_seconds",
+            "From the prefill answer to the decode engine's first byte: KV transfer plus "
+            "decode admission.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=reg,
+        )
+        self.retries = Counter(
+            "tandem_router_retries",
+            "Retries by leg: prefill (another prefill engine), decode (another decode engine), "
+            "fallback (decode-only after prefill failed or handed off no KV).",
+            ["leg"],
+            registry=reg,
+        )
+        self.rejections = Counter(
+            "tandem_router_rejections",
+            "Requests refused by the router's protection, by class and reason.",
+            ["class", "reason"],
+            registry=reg,
+        )
+        reg.register(InflightCollector(pools))
+        self._classes: dict[str, ClassMetrics] = {}
+
+    def for_class(self, name: str) -> ClassMetrics:
+        found = self._classes.get(name)
+        if found is None:
+            found = ClassMetrics(
+                ttft=self.ttft.labels(name),
+                itl=self.itl.labels(name),
+                e2e=self.e2e.labels(name),
+                queue_wait=self.queue_wait.labels(name),
+            )
+            self._classes[name] = found
+        return found
+
+    def render(self) -> bytes:
+        """The text exposition format of every metric."""
+        return generate_latest(self.registry)
+
+
+class InflightCollector(Collector):
+    """``tandem_router_inflight{pool,endpoint}``: this router's outstanding requests."""
+
+    def __init__(self, pools: Callable[[], Iterable[Pool]]) -> None:
+        self._pools = pools
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "tandem_router_inflight",
+            "Requests this router has outstanding on each engine.",
+            labels=["pool", "endpoint"],
+        )
+        for pool in self._pools():
+            for endpoint in pool.members():
+                family.add_metric([pool.role, endpoint.url], endpoint.outstanding_requests)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

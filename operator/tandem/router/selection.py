@@ -1,0 +1,217 @@
+"""Choosing an engine for each leg: load scores, power of two choices, prefix affinity. Pure.
+
+Each engine is an :class:`Endpoint`: what this router has sent it and not yet seen
+finish (exact, updated per request) and what its ``/metrics`` said at the last scrape
+(approximate, up to one scrape interval old, but it includes the load other router
+replicas put on it). Scores combine the two; lower is better.
+
+Power of two choices: compare two engines drawn at random among the healthy ones and
+take the better. It keeps the load spread almost as well as "always the least loaded"
+while never sending a whole burst to the one engine that looked idlest at the last
+scrape (the herd effect of stale load figures).
+
+Nothing here does I/O or reads a clock: callers pass ``now_s`` and a ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Weight of KV-cache usage (0-1) in the decode score, in sequences: a full cache
+#: weighs as much as 100 more running sequences, so 1 % of KV ~ one sequence.
+KV_USAGE_WEIGHT = 100.0
+#: Ejection after consecutive request failures: first 1 s, doubling, at most 30 s.
+EJECT_BASE_S = 1.0
+EJECT_MAX_S = 30.0
+#: Prefix affinity keeps the hashed engine unless its prefill load exceeds the mean
+#: of the candidates by this factor plus this many tokens (bounded-load hashing).
+AFFINITY_LOAD_FACTOR = 1.5
+AFFINITY_SLACK_TOKENS = 4096
+#: The same slack for aggregated engines, whose score is in sequences.
+AFFINITY_SLACK_SEQUENCES = 8.0
+
+
+@dataclass
+class Endpoint:
+    """One engine as the router sees it. Mutated only by the router's event loop."""
+
+    url: str
+    role: str
+    outstanding_requests: int = 0
+    """Requests this router sent and has not seen finish."""
+    outstanding_prompt_tokens: int = 0
+    """Estimated prompt tokens of this router's requests still in prefill on it."""
+    scraped_waiting: float | None = None
+    """``vllm:num_requests_waiting`` at the last scrape (all routers' requests)."""
+    scraped_running: float | None = None
+    """``vllm:num_requests_running`` at the last scrape."""
+    scraped_kv_usage: float | None = None
+    """``vllm:kv_cache_usage_perc`` (0-1) at the last scrape."""
+    requests_at_scrape: int = 0
+    """``outstanding_requests`` when the last scrape answered: the part of the scraped
+    queue that was this router's own, so the rest is other routers' load."""
+    scrape_ok: bool = True
+    """The last scrape answered; a failing scrape marks the engine unhealthy."""
+    consecutive_failures: int = 0
+    ejected_until_s: float = 0.0
+    """Monotonic time before which the engine is not chosen after request failures."""
+
+    def healthy(self, now_s: float) -> bool:
+        return self.scrape_ok and now_s >= self.ejected_until_s
+
+    def record_failure(self, now_s: float) -> None:
+        """A request failed on this engine (connect error, 5xx, timeout): back off."""
+        self.consecutive_failures += 1
+        backoff_s = EJECT_BASE_S * 2 ** min(self.consecutive_failures - 1, 16)
+        self.ejected_until_s = now_s + min(backoff_s, EJECT_MAX_S)
+
+    def record_success(self) -> None:
+        self.consecutive_failures = 0
+        self.ejected_until_s = 0.0
+
+    def record_scrape(
+        self, waiting: float | None, running: float | None, kv_usage: float | None
+    ) -> None:
+        self.scraped_waiting, self.scraped_running = waiting, running
+        self.scraped_kv_usage = kv_usage
+        self.requests_at_scrape = self.outstanding_requests
+        self.scrape_ok = True
+
+    def foreign(self, scraped: float | None) -> float:
+        """Requests in a scraped count that other routers sent (never negative)."""
+        return max(0.0, (scraped or 0.0) - self.requests_at_scrape)
+
+
+def compute_prefill_score(endpoint: Endpoint, mean_prompt_tokens: float) -> float:
+    """Outstanding prompt tokens: this router's exact count plus other routers' queue.
+
+    The scraped queue minus what was this router's own at scrape time is other routers'
+    work, each request counted at the mean prompt size seen. Worked example: 3000 own
+    tokens now; at the last scrape the engine had 5 waiting of which 2 were ours; mean
+    prompt 1000 tokens: 3000 + (5 - 2) * 1000 = 6000. Only the foreign part comes from
+    the (stale) scrape, so one router alone balances on exact counts.
+    """
+    foreign = endpoint.foreign(endpoint.scraped_waiting)
+    return endpoint.outstanding_prompt_tokens + foreign * mean_prompt_tokens
+
+
+def compute_decode_score(endpoint: Endpoint) -> float:
+    """KV-cache usage (weighted) plus sequences: this router's, and other routers'.
+
+    Example: 40 % KV in use; 12 own requests now; the last scrape saw 20 running + 2
+    waiting while 10 were ours: 0.4 * 100 + 12 + (22 - 10) = 64.
+    """
+    scraped = (endpoint.scraped_running or 0.0) + (endpoint.scraped_waiting or 0.0)
+    sequences = endpoint.outstanding_requests + endpoint.foreign(scraped)
+    return (endpoint.scraped_kv_usage or 0.0) * KV_USAGE_WEIGHT + sequences
+
+
+def compute_pool_score(endpoint: Endpoint, mean_prompt_tokens: float) -> float:
+    """Aggregated engines do both phases: decode load plus queued prefill in sequences."""
+    queued = compute_prefill_score(endpoint, mean_prompt_tokens) / max(mean_prompt_tokens, 1.0)
+    return compute_decode_score(endpoint) + queued
+
+
+def candidates(
+    endpoints: Sequence[Endpoint], now_s: float, exclude: frozenset[str] = frozenset()
+) -> list[Endpoint]:
+    """Healthy endpoints not in ``exclude``; all non-excluded ones if none is healthy.
+
+    Falling back to unhealthy engines beats failing outright: ejection is a guess from
+    recent failures, and an engine that recovered is found again this way.
+    """
+    allowed = [e for e in endpoints if e.url not in exclude]
+    healthy = [e for e in allowed if e.healthy(now_s)]
+    return healthy or allowed
+
+
+def pick_two_choices(
+    pool: Sequence[Endpoint], scores: dict[str, float], rng: random.Random
+) -> Endpoint | None:
+    """Power of two choices: the lower-scored of two distinct random endpoints."""
+    if not pool:
+        return None
+    if len(pool) == 1:
+        return pool[0]
+    first, second = rng.sample(range(len(pool)), 2)
+    a, b = pool[first], pool[second]
+    return a if scores[a.url] <= scores[b.url] else b
+
+
+def compute_affinity_order(key: bytes, pool: Sequence[Endpoint]) -> list[Endpoint]:
+    """Endpoints by rendezvous-hash weight for ``key``, heaviest first.
+
+    Rendezvous (highest-random-weight) hashing is consistent hashing without a ring:
+    adding or removing an engine moves only the keys that hashed to that engine.
+    """
+
+    def weight(endpoint: Endpoint) -> bytes:
+        return hashlib.blake2b(key + endpoint.url.encode(), digest_size=8).digest()
+
+    return sorted(pool, key=weight, reverse=True)
+
+
+def pick_scored(
+    pool: Sequence[Endpoint],
+    scores: dict[str, float],
+    rng: random.Random,
+    affinity_key: bytes | None,
+    slack: float,
+) -> Endpoint | None:
+    """The affine endpoint for ``affinity_key`` unless overloaded, else two choices.
+
+    Bounded-load hashing: the first two endpoints in rendezvous order are tried, and one
+    is kept if its score is at most ``AFFINITY_LOAD_FACTOR`` times the mean plus
+    ``slack``; a hot prefix thus spills to a second engine instead of piling on one.
+    """
+    if affinity_key is not None and len(pool) > 1:
+        bound = AFFINITY_LOAD_FACTOR * sum(scores.values()) / len(pool) + slack
+        for endpoint in compute_affinity_order(affinity_key, pool)[:2]:
+            if scores[endpoint.url] <= bound:
+                return endpoint
+    return pick_two_choices(pool, scores, rng)
+
+
+def pick_prefill(
+    endpoints: Sequence[Endpoint],
+    *,
+    now_s: float,
+    rng: random.Random,
+    mean_prompt_tokens: float,
+    affinity_key: bytes | None = None,
+    exclude: frozenset[str] = frozenset(),
+) -> Endpoint | None:
+    """The prefill engine for a prompt: its affine engine if not overloaded, else P2C."""
+    pool = candidates(endpoints, now_s, exclude)
+    scores = {e.url: compute_prefill_score(e, mean_prompt_tokens) for e in pool}
+    return pick_scored(pool, scores, rng, affinity_key, AFFINITY_SLACK_TOKENS)
+
+
+def pick_decode(
+    endpoints: Sequence[Endpoint],
+    *,
+    now_s: float,
+    rng: random.Random,
+    exclude: frozenset[str] = frozenset(),
+) -> Endpoint | None:
+    """The decode engine: P2C on KV usage and outstanding sequences."""
+    pool = candidates(endpoints, now_s, exclude)
+    return pick_two_choices(pool, {e.url: compute_decode_score(e) for e in pool}, rng)
+
+
+def pick_pool(
+    endpoints: Sequence[Endpoint],
+    *,
+    now_s: float,
+    rng: random.Random,
+    mean_prompt_tokens: float,
+    affinity_key: bytes | None = None,
+    exclude: frozenset[str] = frozenset(),
+) -> Endpoint | None:
+    """An aggregated engine: affinity (its prefix cache) if not overloaded, else P2C."""
+    pool = candidates(endpoints, now_s, exclude)
+    scores = {e.url: compute_pool_score(e, mean_prompt_tokens) for e in pool}
+    return pick_scored(pool, scores, rng, affinity_key, AFFINITY_SLACK_SEQUENCES)

@@ -1,0 +1,167 @@
+"""Request validation and the P/D rewrites, field by field (vLLM 0.34's NIXL handoff)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tandem.router.protocol import (
+    PREFILL_KV_PARAMS,
+    RequestError,
+    build_decode_body,
+    build_prefill_body,
+    build_sse_error,
+    decide_kv_reusable,
+    parse_kv_params,
+    parse_request,
+)
+
+
+def parse(body: object, kind: str = "chat") -> object:
+    return parse_request(json.dumps(body).encode(), kind, prefix_chars=256)  # type: ignore[arg-type]
+
+
+CHAT = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "hello " * 100}],
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "max_tokens": 64,
+    "min_tokens": 4,
+}
+
+
+def test_prefill_body_is_one_token_non_streaming_with_remote_decode() -> None:
+    parsed = parse_request(json.dumps(CHAT).encode(), "chat", prefix_chars=256)
+    body = build_prefill_body(parsed.body, priority=None)
+    assert body["stream"] is False
+    assert body["max_tokens"] == 1
+    assert "stream_options" not in body and "min_tokens" not in body
+    assert body["kv_transfer_params"] == PREFILL_KV_PARAMS
+    assert body["kv_transfer_params"]["do_remote_decode"] is True
+    assert "priority" not in body
+    assert body["messages"] == CHAT["messages"]
+
+
+def test_prefill_caps_max_completion_tokens_only_when_present() -> None:
+    parsed = parse_request(
+        json.dumps({**CHAT, "max_completion_tokens": 99}).encode(), "chat", prefix_chars=0
+    )
+    assert build_prefill_body(parsed.body, None)["max_completion_tokens"] == 1
+    plain = parse_request(json.dumps({"prompt": "x"}).encode(), "completions", prefix_chars=0)
+    assert "max_completion_tokens" not in build_prefill_body(plain.body, None)
+
+
+def test_decode_body_is_the_original_plus_returned_params_verbatim() -> None:
+    parsed = parse_request(json.dumps(CHAT).encode(), "chat", prefix_chars=256)
+    params = {"do_remote_prefill": True, "remote_block_ids": [[1, 2]], "remote_host": "10.0.0.1"}
+    body = build_decode_body(parsed.body, params, priority=7)
+    assert body["kv_transfer_params"] is params
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 64 and body["min_tokens"] == 4
+    assert body["priority"] == 7
+
+
+def test_client_kv_params_and_priority_are_dropped() -> None:
+    evil = {**CHAT, "kv_transfer_params": {"remote_host": "169.254.169.254"}, "priority": -100}
+    parsed = parse_request(json.dumps(evil).encode(), "chat", prefix_chars=0)
+    assert "kv_transfer_params" not in parsed.body and "priority" not in parsed.body
+    assert "kv_transfer_params" not in build_decode_body(parsed.body, None, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "param"),
+    [
+        ([1, 2], "chat", None),
+        ({"messages": []}, "chat", "messages"),
+        ({"messages": [{"content": "x"}]}, "chat", "messages"),
+        ({"messages": [{"role": "user", "content": 3}]}, "chat", "messages"),
+        ({"prompt": 3}, "completions", "prompt"),
+        ({"prompt": [True]}, "completions", "prompt"),
+        ({"prompt": "x", "stream": "yes"}, "completions", "stream"),
+        ({"prompt": "x", "stream_options": {}}, "completions", "stream"),
+        ({"prompt": "x", "max_tokens": -1}, "completions", "max_tokens"),
+        ({"prompt": "x", "max_tokens": 1.5}, "completions", "max_tokens"),
+        ({"prompt": "x", "model": 5}, "completions", "model"),
+    ],
+)
+def test_invalid_bodies_are_400_with_the_field(body: object, kind: str, param: str | None) -> None:
+    with pytest.raises(RequestError) as err:
+        parse(body, kind)
+    assert err.value.status == 400
+    assert err.value.param == param
+
+
+def test_not_json_and_deep_nesting_are_400() -> None:
+    for raw in (b"\xff\xfe", b"{", b"[" * 100_000 + b"]" * 100_000):
+        with pytest.raises(RequestError):
+            parse_request(raw, "chat", prefix_chars=0)
+
+
+def test_prompt_token_estimates() -> None:
+    assert parse({"prompt": [1, 2, 3]}, "completions").prompt_tokens == 3  # type: ignore[attr-defined]
+    assert parse({"prompt": [[1, 2], [3]]}, "completions").prompt_tokens == 3  # type: ignore[attr-defined]
+    assert parse({"prompt": "x" * 4000}, "completions").prompt_tokens == 1001  # type: ignore[attr-defined]
+    chat = parse({"messages": [{"role": "user", "content": "y" * 400}]})
+    assert chat.prompt_tokens == 100 + 4 + 1  # type: ignore[attr-defined]
+
+
+def test_prefix_is_the_leading_prompt_text() -> None:
+    parsed = parse_request(
+        json.dumps({"prompt": "abc" * 200}).encode(), "completions", prefix_chars=10
+    )
+    assert parsed.prefix == b"abcabcabca"
+
+
+def test_kv_params_from_a_prefill_answer() -> None:
+    answer = {"choices": [{"text": "x"}], "kv_transfer_params": {"remote_engine_id": "e"}}
+    assert parse_kv_params(json.dumps(answer).encode()) == {"remote_engine_id": "e"}
+    assert parse_kv_params(b'{"choices": []}') is None
+    assert parse_kv_params(b"not json") is None
+    assert parse_kv_params(b'{"kv_transfer_params": {}}') is None
+
+
+def test_kv_reuse_only_when_undelivered_and_leased() -> None:
+    params = {"remote_blocks_expiry_time": 1000.0}
+    assert decide_kv_reusable(params, delivered=False, now_epoch_s=990.0)
+    assert not decide_kv_reusable(params, delivered=True, now_epoch_s=990.0)
+    assert not decide_kv_reusable(params, delivered=False, now_epoch_s=999.0)
+    assert decide_kv_reusable({}, delivered=False, now_epoch_s=0.0)
+
+
+def test_sse_error_terminates_a_partial_event_and_ends_with_done() -> None:
+    raw = build_sse_error("engine gone", status=502, after_partial_event=True)
+    assert raw.startswith(b"\n\ndata: {") and raw.endswith(b"data: [DONE]\n\n")
+    event = json.loads(raw.split(b"data: ")[1])
+    assert event["error"]["code"] == 502 and event["error"]["message"] == "engine gone"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+known_keys = st.sampled_from(
+    ["model", "prompt", "messages", "stream", "stream_options", "max_tokens",
+     "max_completion_tokens", "min_tokens", "kv_transfer_params", "priority"]
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(known_keys, json_values, max_size=6), st.sampled_from(["chat", "completions"])
+)
+def test_any_body_parses_or_is_a_4xx(body: dict[str, object], kind: str) -> None:
+    try:
+        parsed = parse(body, kind)
+    except RequestError as err:
+        assert 400 <= err.status < 500
+        return
+    built = build_prefill_body(parsed.body, None)  # type: ignore[attr-defined]
+    assert built["stream"] is False and built["max_tokens"] == 1
+    json.dumps(build_decode_body(parsed.body, {"x": 1}, 0))  # type: ignore[attr-defined]
