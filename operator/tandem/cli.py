@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "validate": "tandem.commands.validate",
     "engine": "tandem.commands.engine",
     "router": "tandem.commands.router",
+    "operator": "tandem.commands.operator",
 }
 
 

@@ -226,3 +226,19 @@ def test_sim_command_lines_parse_with_the_sim_engine_parser(mode: str) -> None:
         assert args.scheduling_policy == "priority"
         env = {e["name"] for e in child["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert ("VLLM_NIXL_SIDE_CHANNEL_HOST" in env) == (mode == "disaggregated")
+
+
+def test_monitors_add_the_service_and_pool_labels() -> None:
+    manifest = make_manifest(monitoring={"serviceMonitor": True, "podMonitor": True})
+    children = _children(manifest)
+    pod_mon = _by(children, "PodMonitor", "chat-engines")["spec"]["podMetricsEndpoints"][0]
+    targets = {r["targetLabel"]: r for r in pod_mon["relabelings"]}
+    assert targets["service"]["sourceLabels"] == [
+        "__meta_kubernetes_pod_label_serving_tandem_dev_service"
+    ]
+    assert targets["pool"]["sourceLabels"] == [
+        "__meta_kubernetes_pod_label_serving_tandem_dev_role"
+    ]
+    svc_mon = _by(children, "ServiceMonitor", "chat-router")["spec"]["endpoints"][0]
+    assert svc_mon["honorLabels"] is True
+    assert {"targetLabel": "pool", "replacement": "router"} in svc_mon["relabelings"]

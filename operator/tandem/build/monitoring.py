@@ -18,6 +18,27 @@ from tandem.build.meta import (
 API_VERSION = "monitoring.coreos.com/v1"
 
 
+def _relabelings(pool: str | None) -> list[dict[str, Any]]:
+    """Add the ``service`` and ``pool`` labels alerts, dashboards and the Prometheus
+    metrics source select by (docs/metrics.md), from the pods' Tandem labels."""
+    out: list[dict[str, Any]] = [
+        {
+            "sourceLabels": ["__meta_kubernetes_pod_label_serving_tandem_dev_service"],
+            "targetLabel": "service",
+        },
+    ]
+    if pool is None:
+        out.append(
+            {
+                "sourceLabels": ["__meta_kubernetes_pod_label_serving_tandem_dev_role"],
+                "targetLabel": "pool",
+            }
+        )
+    else:
+        out.append({"targetLabel": "pool", "replacement": pool})
+    return out
+
+
 def build_monitors(isvc: InferenceService, owner: Owner, roles: list[str]) -> list[dict[str, Any]]:
     """The monitors ``spec.monitoring`` asks for (none by default)."""
     mon = isvc.spec.monitoring
@@ -31,7 +52,16 @@ def build_monitors(isvc: InferenceService, owner: Owner, roles: list[str]) -> li
                 "metadata": metadata(isvc, owner, child_name(isvc, "router"), "router"),
                 "spec": {
                     "selector": {"matchLabels": selector_labels(isvc, "router")},
-                    "endpoints": [{"port": "http", "path": "/metrics", "interval": interval}],
+                    "endpoints": [
+                        {
+                            "port": "http",
+                            "path": "/metrics",
+                            "interval": interval,
+                            # tandem_router_inflight carries its own pool label: keep it.
+                            "honorLabels": True,
+                            "relabelings": _relabelings("router"),
+                        }
+                    ],
                 },
             }
         )
@@ -49,7 +79,12 @@ def build_monitors(isvc: InferenceService, owner: Owner, roles: list[str]) -> li
                         ],
                     },
                     "podMetricsEndpoints": [
-                        {"port": "http", "path": "/metrics", "interval": interval}
+                        {
+                            "port": "http",
+                            "path": "/metrics",
+                            "interval": interval,
+                            "relabelings": _relabelings(None),
+                        }
                     ],
                 },
             }

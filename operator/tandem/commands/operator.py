@@ -1,0 +1,207 @@
+"""``tandem operator``: run the Kubernetes operator (Kopf) until SIGTERM. Shell.
+
+Exit codes: 0 after SIGTERM/SIGINT (the Lease released), 1 when the leader Lease was
+lost or the operator failed (let Kubernetes restart the pod), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "operator",
+        help="run the operator: reconcile InferenceServices into their pools",
+        description="Watch InferenceServices and keep their Deployments, Services, "
+        "PodDisruptionBudgets and NetworkPolicy as the spec says, with status, Events "
+        "and Prometheus metrics.",
+    )
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        dest="namespaces",
+        default=[],
+        metavar="NS",
+        help="serve this namespace (repeat for more)",
+    )
+    scope.add_argument(
+        "--all-namespaces",
+        "-A",
+        action="store_true",
+        help="serve every namespace (the default without --namespace)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8080,
+        metavar="PORT",
+        help="port of /metrics and /healthz (default 8080; 0 picks one)",
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", metavar="HOST")
+    p.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8081/healthz",
+        metavar="URL",
+        help="Kopf's liveness endpoint (default %(default)s; 'none' disables)",
+    )
+    p.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="hold a coordination.k8s.io Lease so only one "
+        "replica acts (off by default; the Helm chart turns it on)",
+    )
+    p.add_argument("--lease-name", default="tandem-operator", metavar="NAME")
+    p.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        metavar="NS",
+        help="namespace of the Lease (default: $POD_NAMESPACE)",
+    )
+    p.add_argument(
+        "--identity",
+        default=None,
+        metavar="ID",
+        help="this replica's name in the Lease (default: $POD_NAME or host-pid)",
+    )
+    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=16,
+        metavar="N",
+        help="InferenceServices reconciled concurrently (default 16)",
+    )
+    p.add_argument(
+        "--resync-interval",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="reconcile every service this often even without changes",
+    )
+    p.add_argument(
+        "--watch-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="server-side timeout of each watch request (default 300)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="kubeconfig file (default: in-cluster, then $KUBECONFIG)",
+    )
+    p.add_argument("--context", default=None, metavar="NAME", help="kubeconfig context")
+    p.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="API server URL, bypassing kubeconfig (with --token)",
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("TANDEM_API_TOKEN"),
+        metavar="TOKEN",
+        help="bearer token for --server (default: $TANDEM_API_TOKEN)",
+    )
+    p.add_argument("--insecure-skip-tls-verify", action="store_true")
+    p.add_argument("--log-format", choices=("plain", "full", "json"), default="full")
+    level = p.add_mutually_exclusive_group()
+    level.add_argument("--quiet", action="store_true", help="warnings and errors only")
+    level.add_argument("--verbose", action="store_true", help="every reconcile")
+    level.add_argument("--debug", action="store_true", help="also Kopf's internals")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    import kopf
+
+    from tandem.control import KopfTuning, LeaseConfig, Operator, OperatorConfig
+    from tandem.control.app import default_identity
+    from tandem.kube import KubeClient
+
+    kopf.configure(
+        debug=args.debug,
+        verbose=args.verbose,
+        quiet=args.quiet,
+        log_format=kopf.LogFormat[args.log_format.upper()],
+        log_prefix=args.log_format != "json",
+    )
+    identity = args.identity or os.environ.get("POD_NAME") or default_identity()
+    try:
+        lease = LeaseConfig(
+            identity,
+            name=args.lease_name,
+            namespace=args.lease_namespace,
+            lease_duration_s=args.lease_duration,
+            renew_deadline_s=args.lease_duration * 2 / 3,
+            retry_period_s=args.lease_duration / 7.5,
+        )
+    except ValueError as err:
+        print(f"tandem operator: {err}")
+        return 2
+    config = OperatorConfig(
+        namespaces=tuple(args.namespaces),
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        liveness=None if args.liveness.lower() == "none" else args.liveness,
+        leader_election=args.leader_election,
+        lease=lease,
+        workers=args.workers,
+        resync_interval_s=args.resync_interval,
+        kopf=KopfTuning(
+            watch_server_timeout_s=args.watch_timeout,
+            watch_client_timeout_s=args.watch_timeout + 60,
+            watch_inactivity_timeout_s=args.watch_timeout + 120,
+        ),
+    )
+    agent = f"tandem-operator/{identity}"
+
+    async def main() -> int:
+        if args.server:
+            client = KubeClient.for_url(
+                args.server,
+                token=args.token,
+                user_agent=agent,
+                insecure=args.insecure_skip_tls_verify,
+            )
+        else:
+            client = await KubeClient.from_environment(
+                kubeconfig=args.kubeconfig, context=args.context, user_agent=agent
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def trap_signals() -> None:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+
+        operator = Operator(client, config)
+
+        async def keep_signals() -> None:
+            # Kopf installs its own handlers when it starts; take them back so a SIGTERM
+            # stops the reconciler before Kopf and releases the Lease.
+            while not stop.is_set():
+                if await asyncio.to_thread(operator.kopf_ready.wait, 0.5):
+                    trap_signals()
+                    await stop.wait()
+
+        trap_signals()
+        keeper = asyncio.create_task(keep_signals())
+        try:
+            return await operator.run(stop)
+        finally:
+            stop.set()
+            await keeper
+            await client.close()
+
+    return asyncio.run(main())

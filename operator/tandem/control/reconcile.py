@@ -1,0 +1,269 @@
+"""One idempotent reconcile of an InferenceService: parse, build, apply, report. Thin I/O.
+
+Create, update, resume, drift and resync all run this same function. It reads the
+service and its children from the caches (no API reads on the happy path), writes only
+what differs (:func:`tandem.kube.apply_object`), deletes children the desired state no
+longer has, and patches ``.status`` only when it changed. Decisions live in the pure
+modules: :mod:`tandem.build` (children), :mod:`tandem.control.children` (ownership,
+staleness) and :mod:`tandem.control.conditions` (status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from tandem.api import API_VERSION, KIND
+from tandem.api.validate import SpecError, load_inference_service
+from tandem.build import Owner, autoscaled, build_children, build_initial_replicas
+from tandem.control.cache import ObjectCache
+from tandem.control.children import (
+    ChildKey,
+    ServiceKey,
+    child_key,
+    compute_stale,
+    make_owner_check,
+)
+from tandem.control.conditions import (
+    DesiredStatus,
+    compute_invalid_status,
+    compute_status,
+    compute_status_patch,
+)
+from tandem.control.events import EventRecorder
+from tandem.control.logs import object_logger
+from tandem.control.metrics import OperatorMetrics
+from tandem.kube import (
+    INFERENCE_SERVICE,
+    KubeClient,
+    KubeError,
+    NotOurs,
+    apply_object,
+    delete_object,
+    fetch_object,
+    patch_status,
+)
+from tandem.kube.semantic import applied_record
+
+logger = logging.getLogger("tandem.control")
+Result = Literal["success", "invalid", "skipped"]
+ServiceCache = ObjectCache[ServiceKey, ServiceKey]
+ChildCache = ObjectCache[ChildKey, ServiceKey]
+
+
+class ReconcileError(Exception):
+    """Some children could not be written; the work queue retries with backoff."""
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rv(obj: Mapping[str, Any]) -> str | None:
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    return None if value is None else str(value)
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, KubeError):
+        return f"{err.method} {err.path}: {err.status} {err.reason}: {err.message}"
+    return str(err)
+
+
+class Reconciler:
+    """Reconciles one InferenceService at a time (the work queue serializes per key)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        services: ServiceCache,
+        children: ChildCache,
+        events: EventRecorder,
+        metrics: OperatorMetrics,
+        *,
+        now: Callable[[], str] = now_rfc3339,
+    ) -> None:
+        self.client = client
+        self.services = services
+        self.children = children
+        self.events = events
+        self.metrics = metrics
+        self._now = now
+        #: Child -> (resourceVersion, last-applied record) last found in sync: a resync of
+        #: an unchanged service skips the comparison (the version pins the live content).
+        self._in_sync: dict[ChildKey, tuple[str | None, str]] = {}
+
+    async def reconcile(self, key: ServiceKey) -> float | None:
+        """Work-queue entry point: None when done; raises to be retried with backoff."""
+        started = time.perf_counter()
+        try:
+            result = await self._reconcile(key)
+        except Exception:
+            self.metrics.reconciles.labels("error").inc()
+            raise
+        finally:
+            self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+        self.metrics.reconciles.labels(result).inc()
+        return None
+
+    async def _reconcile(self, key: ServiceKey) -> Result:
+        body = self.services.get(key)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return "skipped"
+        log = object_logger(logger, body)
+        meta = body["metadata"]
+        try:
+            isvc = load_inference_service({k: v for k, v in body.items() if k != "status"})
+        except SpecError as err:
+            message = str(err)
+            log.warning("invalid spec: %s", message.replace("\n", "; "))
+            self.events.record(body, "Warning", "InvalidSpec", message)
+            await self._write_status(body, compute_invalid_status(message))
+            return "invalid"
+        owner = Owner(API_VERSION, KIND, isvc.name, meta["uid"])
+        desired = build_children(isvc, owner)
+        initial = build_initial_replicas(isvc) if autoscaled(isvc) else {}
+        live = {child_key(obj): obj for obj in self.children.in_group(key)}
+        check = make_owner_check(isvc.name, meta["uid"])
+        results = await asyncio.gather(
+            *(
+                self._apply(body, child, live.get(child_key(child)), initial, check, log)
+                for child in desired
+            ),
+            return_exceptions=True,
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for stale in compute_stale(desired, live.values(), meta["uid"]):
+            try:
+                await self._delete(body, stale, log)
+            except KubeError as err:
+                failures.append(err)
+        for failure in failures:
+            if not isinstance(failure, KubeError | NotOurs):
+                raise failure
+        lasting = [f for f in failures if not (isinstance(f, KubeError) and f.transient)]
+        if failures and not lasting:
+            raise ReconcileError("; ".join(_describe(f) for f in failures))
+        deployments = {
+            obj["metadata"]["name"]: obj
+            for obj in self.children.in_group(key)
+            if obj.get("kind") == "Deployment"
+        }
+        error = "; ".join(_describe(f) for f in lasting) if lasting else None
+        await self._write_status(body, compute_status(isvc, deployments, error=error))
+        if failures:
+            raise ReconcileError(error or "")
+        return "success"
+
+    async def _apply(
+        self,
+        body: Mapping[str, Any],
+        desired: dict[str, Any],
+        live: Mapping[str, Any] | None,
+        initial: Mapping[str, int],
+        check: Callable[[Mapping[str, Any]], str | None],
+        log: logging.LoggerAdapter[Any],
+    ) -> None:
+        kind, name = desired["kind"], desired["metadata"]["name"]
+        key = child_key(desired)
+        record = applied_record(desired)
+        if live is not None and self._in_sync.get(key) == (_rv(live), record):
+            return  # compared before, and neither side changed since
+        create_only = None
+        if kind == "Deployment" and name in initial:
+            create_only = {"spec": {"replicas": initial[name]}}
+        try:
+            applied = await apply_object(
+                self.client, desired, live, create_only=create_only, check_owner=check
+            )
+        except NotOurs as err:
+            self.events.record(body, "Warning", "ChildConflict", f"{kind} {name} {err.why}")
+            raise
+        except KubeError as err:
+            self.events.record(
+                body,
+                "Warning",
+                "ApplyFailed",
+                f"writing {kind} {name} failed, will retry: {err.status} "
+                f"{err.reason}: {err.message}",
+            )
+            raise
+        if applied.object is not live:
+            self.children.observe(applied.object, written=applied.verb != "unchanged")
+        self._in_sync[key] = (_rv(applied.object), record)
+        if applied.verb == "unchanged":
+            return
+        self.metrics.child_writes.labels(kind, applied.verb).inc()
+        if applied.verb == "create":
+            self.events.record(body, "Normal", "Created", f"Created {kind} {name}")
+            log.info("created %s %s", kind, name)
+        else:
+            fields = ", ".join(applied.changed) or "metadata"
+            self.events.record(body, "Normal", "Updated", f"Updated {kind} {name}: {fields}")
+            log.info("updated %s %s: %s", kind, name, fields)
+
+    async def _delete(
+        self, body: Mapping[str, Any], obj: Mapping[str, Any], log: logging.LoggerAdapter[Any]
+    ) -> None:
+        kind, name = obj.get("kind"), obj["metadata"]["name"]
+        try:
+            gone = await delete_object(self.client, obj)
+        except KubeError as err:
+            self.events.record(
+                body,
+                "Warning",
+                "DeleteFailed",
+                f"deleting {kind} {name} failed, will retry: {err.status} "
+                f"{err.reason}: {err.message}",
+            )
+            raise
+        self.children.forget(obj)
+        self._in_sync.pop(child_key(obj), None)
+        if gone:
+            self.metrics.child_writes.labels(str(kind), "delete").inc()
+            self.events.record(
+                body,
+                "Normal",
+                "Deleted",
+                f"Deleted {kind} {name}: no longer part of the desired state",
+            )
+            log.info("deleted %s %s", kind, name)
+
+    async def _write_status(self, body: Mapping[str, Any], desired: DesiredStatus) -> None:
+        """Patch ``.status`` if it differs, conditional on the version it was computed
+        from; on a conflict, re-read once and recompute."""
+        meta = body["metadata"]
+        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+        current: Mapping[str, Any] = body
+        for attempt in range(2):
+            patch = compute_status_patch(
+                current.get("status"), desired, generation=generation, now=self._now()
+            )
+            if patch is None:
+                return
+            try:
+                stored = await patch_status(
+                    self.client,
+                    namespace,
+                    name,
+                    patch,
+                    resource_version=current["metadata"]["resourceVersion"],
+                )
+            except KubeError as err:
+                if err.not_found:
+                    return
+                if not err.conflict or attempt:
+                    raise
+                fresh = await fetch_object(self.client, INFERENCE_SERVICE, namespace, name)
+                if fresh is None:
+                    return
+                self.services.observe(fresh)
+                current = fresh
+                continue
+            self.services.observe(stored, written=True)
+            self.metrics.status_writes.inc()
+            return

@@ -1,0 +1,105 @@
+"""Periodic work per InferenceService (the autoscaler's tick). No API I/O of its own.
+
+A :class:`Tickers` runs, for every managed InferenceService, one task per registered
+ticker that calls ``fn(TickContext)`` every ``interval_s(body)`` seconds (None: this
+service gets no ticks). A tick holds the service's work-queue lock, so it never runs
+concurrently with that service's reconcile; ticks stop when the service is deleted and
+run only on the leader (the whole runtime does). Nothing is stored in memory across ticks
+that a restart would lose: state belongs in ``.status`` (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tandem.control.children import ServiceKey
+from tandem.control.metrics import OperatorMetrics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TickContext:
+    """What a tick sees: the service's latest body and its children (from the caches)."""
+
+    key: ServiceKey
+    body: Mapping[str, Any]
+    children: list[dict[str, Any]]
+    runtime: Any = field(repr=False)  # the tandem.control.runtime.Runtime (client, events)
+
+
+TickFn = Callable[[TickContext], Awaitable[None]]
+IntervalFn = Callable[[Mapping[str, Any]], float | None]
+
+
+@dataclass(frozen=True)
+class _Ticker:
+    name: str
+    interval_s: IntervalFn
+    fn: TickFn
+
+
+class Tickers:
+    """Registered tickers and their running tasks per service."""
+
+    def __init__(self, runtime: Any, metrics: OperatorMetrics) -> None:
+        self._runtime = runtime
+        self._metrics = metrics
+        self._tickers: list[_Ticker] = []
+        self._tasks: dict[tuple[str, ServiceKey], asyncio.Task[None]] = {}
+
+    def add(self, name: str, interval_s: IntervalFn, fn: TickFn) -> None:
+        """Register a ticker before the operator starts (e.g. the autoscaler)."""
+        self._tickers.append(_Ticker(name, interval_s, fn))
+
+    def ensure(self, key: ServiceKey) -> None:
+        """Make sure every ticker runs for ``key`` (idempotent)."""
+        for ticker in self._tickers:
+            task = self._tasks.get((ticker.name, key))
+            if task is None or task.done():
+                self._tasks[ticker.name, key] = asyncio.create_task(
+                    self._run(ticker, key), name=f"tick-{ticker.name}-{key[0]}/{key[1]}"
+                )
+
+    def stop(self, key: ServiceKey) -> None:
+        for ticker in self._tickers:
+            task = self._tasks.pop((ticker.name, key), None)
+            if task is not None:
+                task.cancel()
+
+    async def stop_all(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def running(self, key: ServiceKey) -> list[str]:
+        return [name for (name, k), t in self._tasks.items() if k == key and not t.done()]
+
+    async def _run(self, ticker: _Ticker, key: ServiceKey) -> None:
+        runtime = self._runtime
+        while True:
+            body = runtime.services.get(key)
+            if body is None:
+                return
+            interval = ticker.interval_s(body)
+            await asyncio.sleep(interval if interval is not None else 30.0)
+            body = runtime.services.get(key)
+            if body is None:
+                return
+            if interval is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            async with runtime.queue.locks[key]:
+                context = TickContext(key, body, runtime.children.in_group(key), runtime)
+                try:
+                    await ticker.fn(context)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    self._metrics.tick_errors.labels(ticker.name).inc()
+                    logger.exception("tick %s of %s/%s failed", ticker.name, *key)

@@ -1,0 +1,29 @@
+"""Kopf settings: each choice as documented."""
+
+from __future__ import annotations
+
+from tandem.control.settings import CHILD_SELECTOR, KopfTuning, build_settings
+
+
+def test_settings_follow_the_tuning_and_the_fixed_choices() -> None:
+    settings = build_settings(KopfTuning(watch_server_timeout_s=123))
+    assert settings.watching.server_timeout == 123
+    assert settings.posting.enabled is False
+    assert settings.peering.standalone is True
+    assert settings.persistence.finalizer == "serving.tandem.dev/operator"
+    selectors = {
+        (s.group, s.version, s.any_name): v for s, v in settings.watching.label_selectors.items()
+    }
+    assert selectors[("apps", "v1", "deployments")] == CHILD_SELECTOR
+    assert selectors[("", "v1", "services")] == CHILD_SELECTOR
+    assert ("serving.tandem.dev", "v1alpha1", "inferenceservices") not in selectors
+
+
+def test_every_field_is_documented_with_its_unit() -> None:
+    import inspect
+
+    source = inspect.getsource(KopfTuning)
+    for name in KopfTuning.__dataclass_fields__:
+        assert f"    {name}:" in source
+        after = source.split(f"    {name}:", 1)[1]
+        assert after.split("\n", 2)[1].strip().startswith('"""'), name

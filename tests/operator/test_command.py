@@ -1,0 +1,78 @@
+"""``tandem operator`` as a process: flags, kubeconfig login, structured logs, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+
+import pytest
+
+from tandem.cli import build_parser
+from tests.factories import make_manifest
+from tests.operator.helpers import children, create
+from tests.support import Emulator, emulator_url, eventually, kubeconfig_for
+from tests.support.api_client import Api
+
+
+def test_flags_parse_as_the_chart_passes_them() -> None:
+    args = build_parser().parse_args(
+        [
+            "operator",
+            "--namespace=a",
+            "--namespace=b",
+            "--metrics-port=9090",
+            "--liveness=http://0.0.0.0:8081/healthz",
+            "--leader-election",
+            "--lease-name=tandem",
+            "--lease-namespace=system",
+            "--verbose",
+        ]
+    )
+    assert args.namespaces == ["a", "b"] and args.metrics_port == 9090
+    assert args.leader_election and args.lease_name == "tandem" and args.verbose
+
+
+def test_namespaces_and_all_namespaces_exclude_each_other() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "-n", "a", "--all-namespaces"])
+
+
+async def test_the_command_reconciles_logs_json_and_stops_on_sigterm(k: Emulator, api: Api) -> None:
+    with kubeconfig_for(emulator_url(k)) as kubeconfig:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "operator",
+            "--kubeconfig",
+            kubeconfig,
+            "--all-namespaces",
+            "--metrics-port=0",
+            "--liveness=none",
+            "--log-format=json",
+            "--watch-timeout=5",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            await eventually(
+                lambda: k.open_watches("deployments"), timeout_s=20, what="the operator to watch"
+            )
+            await create(api, make_manifest("chat"))
+            await eventually(lambda: len(children(k)) == 13, timeout_s=20)
+            await asyncio.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 0, out.decode()
+    records = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    created = [r for r in records if r.get("message", "").startswith("created Deployment")]
+    assert len(created) == 3
+    assert all(
+        r["object"]["name"] == "chat" and r["object"]["namespace"] == "default" for r in created
+    )
