@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "engine": "tandem.commands.engine",
     "router": "tandem.commands.router",
     "operator": "tandem.commands.operator",
+    "up": "tandem.commands.up",
+    "simulate": "tandem.commands.simulate",
 }
 
 

@@ -1,0 +1,241 @@
+"""One trace, several autoscalers, the same fleet: the comparison ``tandem simulate`` runs.
+
+Policies by name (:data:`POLICIES`), each a run of its own on the same arrivals:
+
+* ``tandem`` — Tandem's policy (``autoscaling.policy`` of the spec, ``slo`` by
+  default), through :class:`~tandem.policy.baselines.TandemAutoscaler`;
+* ``static`` — the disaggregated fleet fixed, per pool, at the busiest window's need
+  (the oracle's, before rounding) over the service's target utilization
+  (``qos.objective``: 0.75 for ``balanced``), as one provisions for the peak;
+* ``hpa``, ``keda``, ``kpa``, ``llm-d``, ``dynamo`` — the baselines of
+  :mod:`tandem.policy.baselines` with their published defaults (Dynamo's profile is
+  measured on the engine model, :mod:`tandem.sim.profile`);
+* ``aggregated`` — one pool doing both phases (continuous batching, no hand-off) with
+  the same GPU budget as ``static``.
+
+Dynamic policies start warm: a warm-up (the trace's first 10 minutes, mirrored) runs
+before the measured trace, outside the figures, with each pool starting at the
+oracle's need for that load, so every policy enters the trace in the state its own
+decisions lead to. Pure: timing runs is the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from tandem.api import InferenceService
+from tandem.policy.baselines import (
+    Autoscaler,
+    DynamoSlaPlanner,
+    Hpa,
+    Keda,
+    Kpa,
+    LlmdSaturation,
+    TandemAutoscaler,
+)
+from tandem.sim.driver import AutoscalerDriver
+from tandem.sim.oracle import DEFAULT_WINDOW_S, Oracle, compute_oracle
+from tandem.sim.profile import EngineProfile
+from tandem.sim.results import RunResult, summarize
+from tandem.sim.simulation import Simulation, SimulationOptions
+from tandem.sim.spec import (
+    DEFAULT_KV_LINK_BYTES_PER_S,
+    FleetPlan,
+    build_fleet_plan,
+    build_policy_config,
+)
+from tandem.sim.trace import TraceRequest
+from tandem.sim.workload import with_warmup
+
+#: Seconds of warm-up before the measured trace (its first 10 minutes, mirrored).
+DEFAULT_WARMUP_S = 600.0
+
+POLICIES: tuple[str, ...] = (
+    "tandem",
+    "static",
+    "hpa",
+    "keda",
+    "kpa",
+    "llm-d",
+    "dynamo",
+    "aggregated",
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything every run of a comparison shares."""
+
+    isvc: InferenceService
+    plan: FleetPlan
+    requests: tuple[TraceRequest, ...]
+    """The measured trace, from time 0."""
+    oracle: Oracle
+    seed: int = 0
+    warm_start: bool = True
+    """Dynamic policies start at the oracle's need for the warm-up (else the spec's)."""
+    warmup_s: float = DEFAULT_WARMUP_S
+    """A mirrored copy of the trace's first seconds runs first, outside the figures, so
+    each policy enters the trace in the state its own decisions lead to."""
+    staleness_s: float = 0.0
+    """Age of the samples each tick reads: 0 for the pod scraper, the monitoring
+    interval for a Prometheus source."""
+    record_observations: bool = False
+    exact_engine: bool = False
+    model: str | None = None
+    gpu: str | None = None
+    kv_link_bytes_per_s: float = DEFAULT_KV_LINK_BYTES_PER_S
+
+
+def build_scenario(
+    isvc: InferenceService,
+    requests: Sequence[TraceRequest],
+    *,
+    seed: int = 0,
+    model: str | None = None,
+    gpu: str | None = None,
+    cold_start_s: float | None = None,
+    kv_link_bytes_per_s: float = DEFAULT_KV_LINK_BYTES_PER_S,
+    warm_start: bool = True,
+    staleness_s: float | None = None,
+    oracle_window_s: float = DEFAULT_WINDOW_S,
+    exact_engine: bool = False,
+    record_observations: bool = False,
+    warmup_s: float = DEFAULT_WARMUP_S,
+) -> Scenario:
+    """The shared setup of a comparison, with its oracle."""
+    plan = build_fleet_plan(
+        isvc,
+        model=model,
+        gpu=gpu,
+        cold_start_s=cold_start_s,
+        kv_link_bytes_per_s=kv_link_bytes_per_s,
+        exact_engine=exact_engine,
+    )
+    if staleness_s is None:
+        metrics = isvc.spec.autoscaling.metrics
+        staleness_s = isvc.spec.monitoring.interval if metrics.source == "prometheus" else 0.0
+    oracle = compute_oracle(plan, requests, oracle_window_s)
+    return Scenario(
+        isvc=isvc,
+        plan=plan,
+        requests=tuple(requests),
+        oracle=oracle,
+        seed=seed,
+        warm_start=warm_start,
+        warmup_s=warmup_s,
+        staleness_s=staleness_s,
+        record_observations=record_observations,
+        exact_engine=exact_engine,
+        model=model,
+        gpu=gpu,
+        kv_link_bytes_per_s=kv_link_bytes_per_s,
+    )
+
+
+def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
+    """The autoscaler a policy name stands for (``None``: the fleet keeps its size)."""
+    if name in ("static", "aggregated"):
+        return None
+    config = build_policy_config(scenario.isvc, scenario.plan)
+    pools = config.pools
+    if name == "tandem":
+        return TandemAutoscaler(config)
+    if name == "hpa":
+        return Hpa(pools)
+    if name == "keda":
+        return Keda(pools)
+    if name == "kpa":
+        return Kpa(pools)
+    if name == "llm-d":
+        return LlmdSaturation(pools)
+    if name == "dynamo":
+        plan = scenario.plan
+        first = plan.pools.get("prefill") or next(iter(plan.pools.values()))
+        second = plan.pools.get("decode") or first
+        profile = EngineProfile(
+            first.cost,
+            first.engine_config,
+            second.cost,
+            second.engine_config,
+            first.gpus_per_replica,
+            second.gpus_per_replica,
+        )
+        return DynamoSlaPlanner(pools, profile, config.targets)
+    raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")
+
+
+def static_replicas(scenario: Scenario) -> dict[str, int]:
+    """Per pool, the peak window's need over the target utilization (within bounds)."""
+    utilization = build_policy_config(scenario.isvc, scenario.plan).utilization
+    out: dict[str, int] = {}
+    for role, pool in scenario.plan.pools.items():
+        peak = max(scenario.oracle.pools[role].need, default=0.0)
+        n = math.ceil(peak / utilization - 1e-9)
+        out[role] = min(max(n, pool.min_replicas, 1), max(pool.max_replicas, 1))
+    return out
+
+
+def plan_for(name: str, scenario: Scenario) -> tuple[FleetPlan, dict[str, int]]:
+    """The fleet a policy runs on and each pool's size at time 0."""
+    plan, oracle = scenario.plan, scenario.oracle
+    if name == "static":
+        return plan, static_replicas(scenario)
+    if name == "aggregated":
+        static = static_replicas(scenario)
+        budget = sum(static[r] * p.gpus_per_replica for r, p in plan.pools.items())
+        agg = build_fleet_plan(
+            scenario.isvc,
+            model=scenario.model,
+            gpu=scenario.gpu,
+            cold_start_s=plan.cold_start_s,
+            kv_link_bytes_per_s=scenario.kv_link_bytes_per_s,
+            mode="aggregated",
+            exact_engine=scenario.exact_engine,
+        )
+        pool = agg.pools["pool"]
+        n = max(budget // max(pool.gpus_per_replica, 1), 1)
+        pool = replace(pool, min_replicas=n, max_replicas=n, initial_replicas=n)
+        return replace(agg, pools={"pool": pool}), {"pool": n}
+    if scenario.warm_start:
+        # Sized for the load the run begins with: the warm-up mirrors the trace's first
+        # ``warmup_s``, so the oracle's largest need over those windows (or the first).
+        windows = max(int(-(-scenario.warmup_s // oracle.window_s)), 1)
+        first = {role: max(p.replicas[:windows], default=1) for role, p in oracle.pools.items()}
+        return plan, first
+    return plan, {role: p.initial_replicas for role, p in plan.pools.items()}
+
+
+def run_policy(
+    name: str, scenario: Scenario, progress: Callable[[float], None] | None = None
+) -> tuple[RunResult, Simulation]:
+    """Simulate one policy on the scenario's trace."""
+    plan, initial = plan_for(name, scenario)
+    autoscaler = build_autoscaler(name, scenario)
+    driver = AutoscalerDriver(autoscaler) if autoscaler is not None else None
+    warmup = scenario.warmup_s if autoscaler is not None else 0.0
+    arrivals, first, offset = with_warmup(scenario.requests, warmup)
+    options = SimulationOptions(
+        seed=scenario.seed,
+        initial_replicas=initial,
+        staleness_s=scenario.staleness_s,
+        record_observations=scenario.record_observations,
+        first_measured=first,
+        measure_from_s=offset,
+    )
+    shown = None if progress is None else (lambda now: progress(max(now - offset, 0.0)))
+    sim = Simulation(plan, arrivals, driver, options).run(shown)
+    return summarize(sim, name), sim
+
+
+def validate_policies(names: Sequence[str]) -> list[str]:
+    """The names in order, without repeats; ``ValueError`` naming the valid ones."""
+    out: list[str] = []
+    for name in names:
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")
+        if name not in out:
+            out.append(name)
+    return out

@@ -1,0 +1,63 @@
+"""Cumulative bucket counters, the simulator's stand-in for Prometheus histograms. Pure.
+
+Engines and the router observe latencies into these as they happen; a scrape turns
+one into the :class:`~tandem.observe.histogram.Histogram` a parsed ``/metrics`` page
+would give, so the operator's own compute path reads simulated and real pages alike.
+The bucket bounds are vLLM's and the router's (a test checks they match theirs).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from tandem.observe.histogram import INF, Histogram
+
+#: vLLM's ``vllm:time_to_first_token_seconds`` buckets.
+VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                       2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+#: vLLM's ``vllm:inter_token_latency_seconds`` buckets.
+VLLM_ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                      5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+#: The router's ``tandem_router_time_to_first_token_seconds`` buckets.
+ROUTER_TTFT_BUCKETS_S = (
+    0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.25,
+    0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0,
+    15.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+#: The router's ``tandem_router_inter_token_latency_seconds`` buckets.
+ROUTER_ITL_BUCKETS_S = (
+    0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05,
+    0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+
+class BucketCounter:
+    """Observation counts per bucket (not cumulative until :meth:`histogram`) and a sum."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        """Upper bounds, ascending, without ``+Inf`` (the last slot is ``+Inf``)."""
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        """Sum of observed values."""
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """``count`` observations of ``value`` (Prometheus's ``le``: a bound is inclusive)."""
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.total += value * count
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def histogram(self) -> Histogram:
+        """The cumulative histogram a scrape would read now."""
+        running = 0
+        buckets: list[tuple[float, float]] = []
+        for bound, n in zip((*self.bounds, INF), self.counts, strict=True):
+            running += n
+            buckets.append((bound, float(running)))
+        return Histogram(buckets=tuple(buckets), sum=self.total)

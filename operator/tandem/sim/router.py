@@ -1,0 +1,114 @@
+"""The simulated router: admission, endpoint choice, and the latency users feel. Pure.
+
+Endpoint choice is the real router's own code (:mod:`tandem.router.selection`:
+least outstanding prompt tokens for prefill, KV usage and outstanding sequences for
+decode, power of two choices) over :class:`~tandem.router.selection.Endpoint` objects
+kept up to date the way the router keeps them: exact outstanding counts per request,
+and engine gauges refreshed at its scrape interval (1 s). Admission bounds in-flight
+requests by ``maxInflight`` x router replicas, modelled as one logical router.
+
+The router's histograms (TTFT and inter-token latency per priority class, requests by
+class and status code) are what the operator prefers as latency signals; the
+simulator samples them into the same :class:`~tandem.observe.parse.RouterSample`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+from tandem.observe.parse import ClassSample, RouterSample
+from tandem.router.pools import PromptSizes
+from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
+from tandem.sim.histogram import ROUTER_ITL_BUCKETS_S, ROUTER_TTFT_BUCKETS_S, BucketCounter
+from tandem.sim.pod import Pod
+
+
+class ClassCounters:
+    """One priority class's router histograms and request counts."""
+
+    __slots__ = ("codes", "itl", "ttft")
+
+    def __init__(self) -> None:
+        self.ttft = BucketCounter(ROUTER_TTFT_BUCKETS_S)
+        self.itl = BucketCounter(ROUTER_ITL_BUCKETS_S)
+        self.codes: Counter[str] = Counter()
+        """HTTP status code -> requests answered."""
+
+
+class SimRouter:
+    """One logical router in front of the pools."""
+
+    def __init__(self, max_inflight: int, seed: int, classes: Sequence[str]) -> None:
+        self.max_inflight = max_inflight
+        self.inflight = 0
+        self.rng = random.Random(seed)
+        self.prompt_sizes = PromptSizes()
+        self.pools: dict[str, list[Pod]] = {"prefill": [], "decode": [], "pool": []}
+        """Serving pods by role, in the order they became ready."""
+        self.classes = {name: ClassCounters() for name in classes}
+        self._by_url: dict[str, Pod] = {}
+
+    def add(self, pod: Pod) -> None:
+        """A pod became ready: it starts receiving requests."""
+        self.pools[pod.role].append(pod)
+        self._by_url[pod.endpoint.url] = pod
+
+    def remove(self, pod: Pod) -> None:
+        """A pod is leaving (scale-down): no new requests go to it."""
+        members = self.pools[pod.role]
+        if pod in members:
+            members.remove(pod)
+        self._by_url.pop(pod.endpoint.url, None)
+
+    def has_endpoints(self, role: str) -> bool:
+        return bool(self.pools[role])
+
+    def choose(self, role: str, now_s: float) -> Pod | None:
+        """The pod the real router's selection picks for ``role``'s next leg."""
+        members = self.pools[role]
+        if not members:
+            return None
+        if len(members) == 1:
+            return members[0]
+        endpoints: list[Endpoint] = [p.endpoint for p in members]
+        if role == "prefill":
+            chosen = pick_prefill(
+                endpoints,
+                now_s=now_s,
+                rng=self.rng,
+                mean_prompt_tokens=self.prompt_sizes.mean_tokens,
+            )
+        elif role == "decode":
+            chosen = pick_decode(endpoints, now_s=now_s, rng=self.rng)
+        else:
+            chosen = pick_pool(
+                endpoints,
+                now_s=now_s,
+                rng=self.rng,
+                mean_prompt_tokens=self.prompt_sizes.mean_tokens,
+            )
+        return None if chosen is None else self._by_url[chosen.url]
+
+    def refresh(self) -> None:
+        """The router's periodic scrape of every serving engine's gauges."""
+        for members in self.pools.values():
+            for pod in members:
+                engine = pod.engine
+                pod.endpoint.record_scrape(engine.num_waiting, engine.num_running, engine.kv_usage)
+
+    def answered(self, klass: str, code: str) -> None:
+        self.classes[klass].codes[code] += 1
+
+    def sample(self, at_s: float) -> RouterSample:
+        """What a scrape of the router's ``/metrics`` would read now."""
+        return RouterSample(
+            at_s=at_s,
+            classes={
+                name: ClassSample(
+                    ttft=c.ttft.histogram(), itl=c.itl.histogram(), requests_by_code=dict(c.codes)
+                )
+                for name, c in self.classes.items()
+            },
+        )
