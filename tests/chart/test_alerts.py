@@ -92,11 +92,12 @@ def test_promtool_unit_tests_pass() -> None:
 
 
 def test_the_unit_tests_would_catch_a_broken_alert(tmp_path: Path) -> None:
-    """The same unit tests against rules whose thresholds were loosened must fail."""
+    """The same unit tests against rules whose thresholds were loosened, or that name
+    only the colon spelling Prometheus never stores under OpenMetrics, must fail."""
     promtool = find_tool("promtool", PROMTOOL_HINT)
     broken = ALERTS.read_text().replace(
-        'avg by (namespace, service, pool) (vllm:kv_cache_usage_perc{pool=~"decode|pool"}) > 0.95',
-        'avg by (namespace, service, pool) (vllm:kv_cache_usage_perc{pool=~"decode|pool"}) > 0.5',
+        '({__name__=~"vllm[:_]kv_cache_usage_perc", pool=~"decode|pool"}) > 0.95',
+        '({__name__=~"vllm[:_]kv_cache_usage_perc", pool=~"decode|pool"}) > 0.5',
     )
     assert broken != ALERTS.read_text()
     rules = tmp_path / "alerts.yaml"
@@ -111,6 +112,14 @@ def test_the_unit_tests_would_catch_a_broken_alert(tmp_path: Path) -> None:
     )
     assert out.returncode != 0, "a loosened KV threshold went unnoticed"
     assert "TandemDecodeKVCacheSaturated" in out.stdout + out.stderr
+    colon_only = ALERTS.read_text().replace(
+        '{__name__=~"vllm[:_]kv_cache_usage_perc", ', "vllm:kv_cache_usage_perc{"
+    )
+    rules.write_text(colon_only)
+    out = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode != 0, "an alert on vllm:... colon names would miss vllm_... series"
 
 
 def test_required_alerts_exist() -> None:

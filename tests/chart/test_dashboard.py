@@ -106,8 +106,9 @@ def test_dashboard_shows_what_an_operator_of_the_service_needs(dashboard: dict[s
     replicas = panel("Desired vs ready replicas")
     assert "tandem_autoscaler_desired_replicas" in replicas
     assert "kube_deployment_status_replicas_available" in replicas
-    assert "vllm:num_requests_waiting" in panel("Queue depth")
-    assert "vllm:kv_cache_usage_perc" in panel("KV cache usage")
+    # Both spellings: Prometheus stores vllm_... when it scrapes OpenMetrics.
+    assert "vllm[:_]num_requests_waiting" in panel("Queue depth")
+    assert "vllm[:_]kv_cache_usage_perc" in panel("KV cache usage")
     for title, metric, signal in (
         ("Time to first token", "tandem_router_time_to_first_token_seconds", "ttft"),
         ("Inter-token latency", "tandem_router_inter_token_latency_seconds", "itl"),
