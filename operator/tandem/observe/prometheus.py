@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
 
 import aiohttp
 
@@ -26,6 +25,7 @@ from tandem.observe.promresult import (
     compute_prometheus_observation,
     parse_query_response,
 )
+from tandem.observe.session import SessionOwner
 from tandem.observe.source import PoolTargets
 from tandem.observe.types import Observation
 
@@ -79,7 +79,7 @@ async def fetch_queries(
     return dict(zip(keys, answers, strict=True))
 
 
-class PrometheusSource:
+class PrometheusSource(SessionOwner):
     """Observations of one InferenceService from a Prometheus server.
 
     ``window_s`` is the range of every ``rate``/``increase`` (at least two scrape
@@ -112,8 +112,7 @@ class PrometheusSource:
         self.timeout_s = timeout_s
         self.percentiles = tuple(percentiles)
         self.pin_pods = pin_pods
-        self._session = session
-        self._owns_session = session is None
+        super().__init__(session)
         self._clock = clock
         self._evaluation_clock = evaluation_clock
         self._max_concurrency = max_concurrency
@@ -152,25 +151,3 @@ class PrometheusSource:
         return compute_prometheus_observation(
             now_s, self.window_s, sizes, queries, results, self.target.labels, self.percentiles
         )
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    async def aclose(self) -> None:
-        """Close the HTTP session if this source opened it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def __aenter__(self) -> PrometheusSource:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

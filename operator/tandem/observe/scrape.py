@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
 
 import aiohttp
 
@@ -28,6 +27,7 @@ from tandem.observe.parse import (
     parse_engine_sample,
     parse_router_sample,
 )
+from tandem.observe.session import SessionOwner
 from tandem.observe.source import PoolTargets
 from tandem.observe.text import ExpositionError
 from tandem.observe.types import Observation
@@ -84,7 +84,7 @@ async def scrape_texts(
     return dict(zip(keys, results, strict=True))
 
 
-class Scraper:
+class Scraper(SessionOwner):
     """Scrapes a service's pods each tick and remembers the previous samples.
 
     One per InferenceService. ``clock`` gives ``now_s`` and each sample's time (wall
@@ -101,8 +101,7 @@ class Scraper:
         clock: Callable[[], float] = time.time,
         max_concurrency: int = 32,
     ) -> None:
-        self._session = session
-        self._owns_session = session is None
+        super().__init__(session)
         self.timeout_s = timeout_s
         self.model_name = model_name
         self.percentiles = tuple(percentiles)
@@ -162,28 +161,6 @@ class Scraper:
         except ExpositionError as err:
             return PodScrape(previous=previous, error=f"unreadable metrics page: {err}")
         return PodScrape(current=current, previous=previous)
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    async def aclose(self) -> None:
-        """Close the HTTP session if this scraper opened it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def __aenter__(self) -> Scraper:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _router_scrape(
