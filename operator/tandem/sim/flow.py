@@ -76,9 +76,13 @@ class Flow:
         if i + 1 < len(table):
             events.append((table.arrival_s[i + 1], ARRIVAL, i + 1))
         prompt = table.prompt_tokens[i]
+        router = self.router
+        if router.inflight >= router.max_inflight:
+            # Lazy pods report finishes late: only a current count may turn one away.
+            events.extend(self.catchup.all(now))
         if prompt > self.max_prompt_tokens:
             self._end(i, now, INVALID, "400")
-        elif self.router.inflight >= self.router.max_inflight:
+        elif router.inflight >= router.max_inflight:
             self._end(i, now, REJECTED, "429")
         else:
             self.router.inflight += 1
@@ -341,7 +345,8 @@ class Flow:
         self.table.end(i, outcome, now)
         self.router.answered(self.klass, code)
         self.open -= 1
-        self.last_end_s = now
+        if now > self.last_end_s:  # lazy pods are caught up one after another
+            self.last_end_s = now
 
     def abort_unfinished(self, now: float) -> None:
         """End every request still open (a run cut off at its time limit)."""
