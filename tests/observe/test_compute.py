@@ -146,6 +146,16 @@ def test_engine_latency_from_histogram_deltas() -> None:
     assert quiet_pool.latency is not None and quiet_pool.latency.ttft_s == {}
 
 
+def test_window_means_come_from_the_histogram_sums() -> None:
+    before = Histogram(buckets=((0.1, 1.0), (INF, 2.0)), sum=0.5)
+    after = Histogram(buckets=((0.1, 3.0), (INF, 6.0)), sum=2.5)  # 4 more, 2.0 s in all
+    pods = {"a": two(engine(10, ttft=before), engine(20, ttft=after))}
+    pool = compute_pool("prefill", PoolScrape(1, 1, pods))
+    assert pool.latency is not None
+    assert pool.latency.ttft_mean_s == pytest.approx(0.5)
+    assert pool.latency.itl_mean_s is None  # no ITL samples: no mean, not zero
+
+
 def router(at_s: float, **classes: ClassSample) -> RouterSample:
     return RouterSample(at_s=at_s, classes=classes)
 

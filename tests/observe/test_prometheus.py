@@ -162,6 +162,7 @@ async def test_prometheus_source_reads_what_the_pods_serve(
         assert p.latency is not None
         assert p.latency.ttft_s[50] == pytest.approx(0.25 + 0.25 * 0.5)
         assert p.latency.ttft_s[90] == pytest.approx(0.25 + 0.25 * 0.9)
+        assert p.latency.ttft_mean_s == pytest.approx(0.3)  # exact: from _sum and _count
 
         assert d.scraped == 2 and d.running_requests == 50 and d.waiting_requests == 1
         assert d.kv_usage == pytest.approx(0.7) and d.kv_usage_max == pytest.approx(0.8)
@@ -169,11 +170,14 @@ async def test_prometheus_source_reads_what_the_pods_serve(
         assert not d.available
         assert d.generation_tokens_per_s > 0 and d.prompt_tokens_per_s == 0
         assert d.latency is not None and d.latency.itl_s[50] == pytest.approx(0.0375)
+        assert d.latency.itl_mean_s == pytest.approx(0.03)
 
         gold_obs = obs.latency_by_class["gold"]
         assert gold_obs.source == "router"
         assert gold_obs.ttft_s[50] == pytest.approx(0.45)
         assert gold_obs.itl_s[50] == pytest.approx(0.0275)
+        assert gold_obs.ttft_mean_s == pytest.approx(0.45)
+        assert gold_obs.itl_mean_s == pytest.approx(0.03)
         assert gold_obs.requests_per_s is not None and gold_obs.error_requests_per_s is not None
         assert gold_obs.error_requests_per_s / gold_obs.requests_per_s == pytest.approx(0.5)
 

@@ -22,6 +22,7 @@ from tandem.observe.histogram import (
     DEFAULT_PERCENTILES,
     Histogram,
     compute_histogram_delta,
+    compute_mean,
     compute_percentiles,
     merge_histograms,
 )
@@ -201,10 +202,13 @@ def compute_router_latency(
     for cls in sorted(set(ttft) | set(itl) | set(requests)):
         ttft_hist = merge_histograms(ttft.get(cls, ()))
         total, errors = requests.get(cls, [0.0, 0.0])
+        itl_hist = merge_histograms(itl.get(cls, ()))
         out[cls] = LatencyObservation(
             ttft_s=compute_percentiles(ttft_hist, wanted),
-            itl_s=compute_percentiles(merge_histograms(itl.get(cls, ())), wanted),
+            itl_s=compute_percentiles(itl_hist, wanted),
             requests=ttft_hist.count if ttft_hist is not None else 0.0,
+            ttft_mean_s=compute_mean(ttft_hist),
+            itl_mean_s=compute_mean(itl_hist),
             source="router",
             requests_per_s=total,
             error_requests_per_s=errors,
@@ -224,12 +228,14 @@ def _engine_latency(
             ttft.append(compute_histogram_delta(prev.ttft, cur.ttft))
         if cur.itl is not None:
             itl.append(compute_histogram_delta(prev.itl, cur.itl))
-    ttft_hist = merge_histograms(ttft)
+    ttft_hist, itl_hist = merge_histograms(ttft), merge_histograms(itl)
     return LatencyObservation(
         ttft_s=compute_percentiles(ttft_hist, percentiles),
-        itl_s=compute_percentiles(merge_histograms(itl), percentiles),
+        itl_s=compute_percentiles(itl_hist, percentiles),
         requests=ttft_hist.count if ttft_hist is not None else 0.0,
         source="engine",
+        ttft_mean_s=compute_mean(ttft_hist),
+        itl_mean_s=compute_mean(itl_hist),
     )
 
 
@@ -247,5 +253,7 @@ def compute_engine_fallback(pools: Mapping[str, PoolObservation]) -> dict[str, L
             itl_s=tokens_latency.itl_s if tokens_latency else {},
             requests=first_latency.requests if first_latency else 0.0,
             source="engine",
+            ttft_mean_s=first_latency.ttft_mean_s if first_latency else None,
+            itl_mean_s=tokens_latency.itl_mean_s if tokens_latency else None,
         )
     }

@@ -128,6 +128,17 @@ def compute_percentiles(
     return out
 
 
+def compute_mean(histogram: Histogram | None) -> float | None:
+    """Mean observation (``_sum / _count``); ``None`` when empty.
+
+    >>> compute_mean(Histogram(((0.1, 1.0), (INF, 4.0)), sum=1.0))
+    0.25
+    """
+    if histogram is None or histogram.count <= 0:
+        return None
+    return max(histogram.sum, 0.0) / histogram.count
+
+
 def _matches(sample: Sample, want: Mapping[str, str]) -> bool:
     return all(sample.labels.get(key) == value for key, value in want.items())
 

@@ -132,6 +132,15 @@ def build_quantile(q: float, bucket_selector: str, by: Iterable[str], window: st
     return f"histogram_quantile({q:.6g}, sum by ({group}) (rate({bucket_selector}[{window}])))"
 
 
+def build_mean(metric: str, matchers: str, by: Iterable[str], window: str) -> str:
+    """Mean observation of a histogram over the window: rate of its sum over rate of its
+    count (NaN, so no value, when nothing was observed)."""
+    group = ", ".join(by)
+    total = f"sum by ({group}) (rate({build_selector(metric + '_sum', matchers)}[{window}]))"
+    count = f"sum by ({group}) (rate({build_selector(metric + '_count', matchers)}[{window}]))"
+    return f"{total} / {count}"
+
+
 def build_pool_queries(
     target: PromTarget,
     role: str,
@@ -155,6 +164,7 @@ def build_pool_queries(
         buckets = build_selector(metric + "_bucket", engine)
         for p in percentiles:
             out[role, f"{name}:{p}"] = build_quantile(p / 100, buckets, (), window)
+        out[role, f"{name}:mean"] = build_mean(metric, engine, (), window)
     count = build_selector(ENGINE_TTFT + "_count", engine)
     out[role, "ttft_requests"] = f"sum(increase({count}[{window}]))"
     return out
@@ -175,6 +185,7 @@ def build_router_queries(
         buckets = build_selector(metric + "_bucket", base)
         for p in percentiles:
             out[ROUTER_ROLE, f"{name}:{p}"] = build_quantile(p / 100, buckets, (cls,), window)
+        out[ROUTER_ROLE, f"{name}:mean"] = build_mean(metric, base, (cls,), window)
     count = build_selector(ROUTER_TTFT + "_count", base)
     out[ROUTER_ROLE, "ttft_requests"] = f"sum by ({cls}) (increase({count}[{window}]))"
     requests = build_selector(ROUTER_REQUESTS, base)

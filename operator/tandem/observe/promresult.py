@@ -201,6 +201,15 @@ def _percentiles(
     return out
 
 
+def _means(vector: Lookup, role: str, name: str) -> dict[str, float]:
+    """Class (``""`` for engines) → the window's mean of ``name`` (``ttft``/``itl``)."""
+    out: dict[str, float] = {}
+    for labels, value in vector((role, f"{name}:mean")):
+        if math.isfinite(value):
+            out[labels.get(ROUTER_CLASS_LABEL, "")] = value
+    return out
+
+
 def _engine_latency(
     role: str, vector: Lookup, percentiles: tuple[int, ...]
 ) -> LatencyObservation | None:
@@ -212,6 +221,8 @@ def _engine_latency(
         itl_s=_percentiles(vector, role, "itl", percentiles).get("", {}),
         requests=sum(v for _, v in requests if math.isfinite(v)),
         source="engine",
+        ttft_mean_s=_means(vector, role, "ttft").get(""),
+        itl_mean_s=_means(vector, role, "itl").get(""),
     )
 
 
@@ -219,6 +230,8 @@ def _router_latency(vector: Lookup, percentiles: tuple[int, ...]) -> dict[str, L
     ttft = _percentiles(vector, ROUTER_ROLE, "ttft", percentiles)
     itl = _percentiles(vector, ROUTER_ROLE, "itl", percentiles)
     counts = _by_label(vector((ROUTER_ROLE, "ttft_requests")), ROUTER_CLASS_LABEL)
+    ttft_mean = _means(vector, ROUTER_ROLE, "ttft")
+    itl_mean = _means(vector, ROUTER_ROLE, "itl")
     requests: dict[str, float] = {}
     errors: dict[str, float] = {}
     for labels, value in vector((ROUTER_ROLE, "requests_per_s")):
@@ -237,6 +250,8 @@ def _router_latency(vector: Lookup, percentiles: tuple[int, ...]) -> dict[str, L
             source="router",
             requests_per_s=requests.get(cls, 0.0),
             error_requests_per_s=errors.get(cls, 0.0),
+            ttft_mean_s=ttft_mean.get(cls),
+            itl_mean_s=itl_mean.get(cls),
         )
         for cls in classes
     }

@@ -22,6 +22,11 @@ class LatencyObservation:
     """Inter-token latency by percentile over the window."""
     requests: float = 0.0
     """Requests that finished their first token in the window (TTFT samples)."""
+    ttft_mean_s: float | None = None
+    """Mean TTFT over the window (the histogram's sum over its count); ``None`` without
+    samples. Exact, unlike the percentiles, which interpolate inside buckets."""
+    itl_mean_s: float | None = None
+    """Mean inter-token latency over the window; ``None`` without samples."""
     source: str = "router"
     """``router`` (what users feel) or ``engine`` (fallback)."""
     requests_per_s: float | None = None

@@ -34,6 +34,8 @@ def _latency(data: Mapping[str, Any] | None) -> LatencyObservation | None:
         source=str(data.get("source", "router")),
         requests_per_s=data.get("requests_per_s"),
         error_requests_per_s=data.get("error_requests_per_s"),
+        ttft_mean_s=data.get("ttft_mean_s"),
+        itl_mean_s=data.get("itl_mean_s"),
     )
 
 
