@@ -28,7 +28,7 @@ def run(ticks: list, config=None, state=None):  # type: ignore[no-untyped-def]
 
 
 def test_prefill_scales_up_for_prompt_demand() -> None:
-    # 60k tok/s over 10k per replica at 0.75 utilization -> 8 replicas; step limit 4.
+    # 60k tok/s over 10k per replica at 0.8 utilization -> 8 replicas; step limit 4.
     _, (d,) = run([make_obs(0, prefill_load(2, 60_000), decode_load(2, 10, 0.1))])
     p = d.pools["prefill"]
     assert p.current == 2 and p.desired == 6
@@ -54,12 +54,25 @@ def test_decode_worked_example_from_the_docs() -> None:
     assert "KV demand 1.13M tokens / (0.8 × 280k per replica)" in d.pools["decode"].reason
 
 
-def test_backlog_drains_within_the_ttft_budget() -> None:
-    # 20 waiting prompts of 1000 tokens with a 1 s target: 20k tokens to drain in 0.5 s
-    # on top of 8k tok/s arriving = 48k tok/s over 10k per replica -> 5 replicas.
-    _, (d,) = run([make_obs(0, prefill_load(4, 8_000, waiting=20), decode_load(2, 10, 0.1))])
-    assert d.pools["prefill"].desired == 5
-    assert "backlog" in d.pools["prefill"].reason
+def test_backlog_drains_within_a_tick() -> None:
+    # 300 waiting prompts of 1000 tokens: 300k tokens to drain in one 15 s tick on top of
+    # 8k tok/s arriving = 28k tok/s over 10k per replica -> 3 replicas.
+    _, (d,) = run([make_obs(0, prefill_load(2, 8_000, waiting=300), decode_load(2, 10, 0.1))])
+    assert d.pools["prefill"].desired == 3
+    assert "backlog 300k prompt tokens to drain in 15s" in d.pools["prefill"].reason
+
+
+def test_a_growing_backlog_counts_as_demand() -> None:
+    # A saturated pool processes only its capacity: what arrives beyond it piles up.
+    # 4 replicas process 40k tok/s while the backlog grows from 0 to 450k tokens in 15 s:
+    # 70k tok/s arrive, plus 450k / 15 s to drain = 100k over 10k per replica -> 10
+    # (counting only what was processed would ask for 7).
+    config = make_config(step_up=16)
+    first = make_obs(0, prefill_load(4, 40_000), decode_load(2, 10, 0.1))
+    second = make_obs(15, prefill_load(4, 40_000, waiting=450), decode_load(2, 10, 0.1))
+    _, (_, d) = run([first, second], config)
+    assert d.pools["prefill"].desired == 10
+    assert "backlog 450k prompt tokens" in d.pools["prefill"].reason
 
 
 def test_measured_ttft_over_target_adds_replicas() -> None:
@@ -104,7 +117,7 @@ def test_failed_scrape_never_scales_to_minimum() -> None:
 
 def test_scale_down_waits_for_the_window() -> None:
     busy = [
-        make_obs(t, prefill_load(6, 40_000), decode_load(2, 10, 0.1)) for t in range(0, 300, 15)
+        make_obs(t, prefill_load(6, 45_000), decode_load(2, 10, 0.1)) for t in range(0, 300, 15)
     ]
     state, _ = run(busy)
     idle = [
@@ -115,6 +128,24 @@ def test_scale_down_waits_for_the_window() -> None:
     down_at = next(i for i, p in enumerate(firsts) if p.desired < p.current)
     assert idle[down_at].now_s - 285 >= 300  # the last busy tick was at 285 s
     assert firsts[down_at].desired == 5  # step down 1
+
+
+def test_burst_memory_keeps_part_of_the_pool_through_a_quiet_spell() -> None:
+    # A burst needs 10 prefill replicas, then traffic stops. Past the scale-down window
+    # the pool keeps 0.7 x the remembered peak (balanced), a memory that fades with its
+    # half-life (1800 s): at 1200 s, ceil(0.7 x 10 x 0.5^(1200/1800)) = 5.
+    config = make_config(step_up=16)
+    state, _ = run([make_obs(0, prefill_load(10, 80_000), decode_load(2, 10, 0.1))], config)
+    size = 10
+    sizes: dict[int, tuple[int, str]] = {}
+    for t in range(15, 7200, 15):
+        obs = make_obs(t, prefill_load(size, 0), decode_load(2, 10, 0.1))
+        state, (d,) = run([obs], config, state=state)
+        size = d.pools["prefill"].desired
+        sizes[t] = (size, d.pools["prefill"].reason)
+    assert sizes[300][0] == 10  # the scale-down window
+    assert sizes[1200][0] == 5 and "burst memory: 0.7 × recent peak 6.3" in sizes[1200][1]
+    assert sizes[7185][0] == 1  # forgotten
 
 
 def test_queue_policy_is_keda_like() -> None:

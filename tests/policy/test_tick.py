@@ -30,7 +30,7 @@ def test_state_survives_through_status() -> None:
     config = make_config()
     status: dict[str, Any] = {}
     for t in range(0, 300, 15):
-        obs = make_obs(t, prefill_load(6, 40_000), decode_load(2, 10, 0.1))
+        obs = make_obs(t, prefill_load(6, 45_000), decode_load(2, 10, 0.1))
         status = compute_tick(status, obs, config, NOW).status
     quiet = make_obs(300, prefill_load(6, 500), decode_load(2, 10, 0.1))
     # An operator restarted now still remembers the busy window: no scale-down yet ...

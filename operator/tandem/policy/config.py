@@ -14,7 +14,22 @@ from tandem.api import InferenceService
 
 #: Share of a replica's compute capacity (prefill tokens/s, decode batch) the policy plans
 #: to use at the forecast demand, by objective.
-TARGET_UTILIZATION = {"latency": 0.6, "balanced": 0.75, "throughput": 0.9}
+TARGET_UTILIZATION = {"latency": 0.6, "balanced": 0.8, "throughput": 0.9}
+#: Share of a decode replica's largest batch within the ITL target the policy plans to
+#: fill, by objective. That batch already meets the target at its percentile, so the
+#: margin here only absorbs bursts and the lag of a scale-up.
+TARGET_BATCH_SHARE = {
+    "latency": 0.8,
+    "balanced": 0.9,
+    "throughput": 1.0,
+}
+#: Share of the largest recent need a pool keeps through quiet periods, by objective
+#: (the burst memory).
+PEAK_SHARE = {
+    "latency": 0.8,
+    "balanced": 0.7,
+    "throughput": 0.5,
+}
 #: Share of a replica's KV cache the policy plans to fill, by objective.
 TARGET_KV_USAGE = {"latency": 0.7, "balanced": 0.8, "throughput": 0.9}
 
@@ -80,12 +95,22 @@ class PolicyConfig:
     cold_start_s: float = 120.0
     panic_threshold: float = 2.0
     """Demand over current capacity that triggers panic mode (Knative's 200%)."""
+    peak_half_life_s: float = 1800.0
+    """Half-life of the burst memory (:func:`~tandem.policy.stabilize.remember_peak`)."""
     panic_window_s: float = 60.0
     """How long panic mode holds scale-downs after the last panic tick."""
 
     @property
     def utilization(self) -> float:
         return TARGET_UTILIZATION[self.objective]
+
+    @property
+    def peak_share(self) -> float:
+        return PEAK_SHARE[self.objective]
+
+    @property
+    def batch_share(self) -> float:
+        return TARGET_BATCH_SHARE[self.objective]
 
     @property
     def kv_usage_target(self) -> float:

@@ -12,7 +12,7 @@ from dataclasses import fields, replace
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import PolicyConfig, PoolConfig
 from tandem.policy.sizing import Sizing, ceil_replicas, size_decode, size_prefill, size_queue
-from tandem.policy.stabilize import stabilize
+from tandem.policy.stabilize import remember_peak, stabilize
 from tandem.policy.state import PolicyState, PoolState
 from tandem.policy.types import Decision, PoolDecision
 
@@ -43,9 +43,14 @@ def decide(
             continue
         sizing = _size(obs, pool_obs, cfg, config, pool_state)
         wanted = ceil_replicas(sizing.replicas)
+        sized = sizing.state
+        memo = ""
+        if config.policy == "slo":
+            wanted, sized, memo = remember_peak(wanted, obs.now_s, sized, cfg, config)
         desired, new_state, note = stabilize(
-            current, wanted, sizing.panic, obs.now_s, sizing.state, cfg, config
+            current, wanted, sizing.panic, obs.now_s, sized, cfg, config
         )
+        note = "; ".join(n for n in (memo, note) if n)
         if desired != current:
             new_state = replace(new_state, last_scale_s=obs.now_s)
         if config.policy == "queue":  # the queue policy learns nothing

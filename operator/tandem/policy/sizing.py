@@ -1,19 +1,25 @@
 """How many replicas each pool needs right now, before stabilization. Pure.
 
-The ``slo`` policy sizes each pool from its own signals:
+The ``slo`` policy sizes each pool from its own signals, with what it learned about a
+replica live (:mod:`tandem.policy.learn`; no profiling run):
 
-* **prefill** — demand is prompt tokens/s arriving, smoothed with a trend (Holt) and
-  forecast one cold start ahead; capacity per replica is the declared profile, or
-  learned online from the throughput the pool reached while it was saturated. Enough
-  replicas are added to drain the waiting prompt tokens within half the TTFT budget,
-  and the size is corrected by measured TTFT over its target.
-* **decode** — replicas from KV demand (tokens in use plus tokens still to generate)
-  over KV capacity × target usage, and from concurrency over the largest batch that
-  keeps ITL within target, corrected by measured ITL over its target.
+* **prefill** — demand is prompt tokens/s arriving (what the pool processed plus how
+  fast its backlog grew), smoothed, with a slow trend carried one cold start ahead;
+  capacity per replica is ``profile.prefillTokensPerS`` or learned from the pool's
+  service time and saturation. Replicas = demand / (capacity × utilization), enough to
+  drain the waiting prompts within a tick, and more when measured TTFT is over target.
+* **decode** — one replica generates ``batch`` tokens per step, where ``batch`` is the
+  largest that keeps ITL within target (``profile.maxBatchAtItl`` or learned from a
+  line fitted through (batch, ITL) of past windows), so replicas = output tokens/s ×
+  ITL target / batch (over the batch share the objective plans); also KV demand over KV
+  capacity × target usage, every queued sequence's slot, and more when measured ITL is
+  over target.
 
 Worked example (decode): 4 replicas at 0.9 KV usage of 280k tokens each hold 1.01M
 tokens; 600 running requests with 200 tokens still to generate add 0.12M; at a 0.8
-target usage that is 1.13M / (0.8 × 280k) = 5.04 → 6 replicas.
+target usage that is 1.13M / (0.8 × 280k) = 5.04 → 6 replicas. And by rate: 9,000
+output tokens/s at a 50 ms ITL target with batch 180 (mean step 41.7 ms at a p90/mean
+of 1.2) is 9,000 / (0.9 × 180 × 1.2 / 0.05) = 2.3 → 3 replicas.
 """
 
 from __future__ import annotations
@@ -32,13 +38,19 @@ from tandem.policy.config import (
     PoolConfig,
 )
 from tandem.policy.fmt import human
+from tandem.policy.learn import (
+    StepFit,
+    compute_batch_at_itl,
+    learn_prefill_capacity,
+    learn_step_fit,
+)
 from tandem.policy.state import PoolState
 
 #: Holt smoothing factors for the demand level and its trend (per tick).
 LEVEL_ALPHA = 0.5
-TREND_BETA = 0.3
-#: Weight of a new throughput sample in the learned capacity.
-LEARN_RATE = 0.3
+TREND_BETA = 0.02
+#: Ticks over which the backlog of waiting prompts should be drained.
+DRAIN_TICKS = 1.0
 #: The most a latency correction multiplies the ready replicas by in one tick.
 MAX_LATENCY_CORRECTION = 2.0
 
@@ -72,20 +84,35 @@ def compute_holt(state: PoolState, demand: float, now_s: float) -> tuple[float, 
     return level, trend
 
 
+def compute_forecast(level: float, trend: float, config: PolicyConfig) -> float:
+    """Demand to plan for: the smoothed level carried one cold start along a rising
+    trend (what pods started now will face when they are ready).
+
+    Not the raw demand of the last window: the scale-down window keeps the highest
+    recommendation of its ticks, so one noisy window would hold the pool up for the
+    whole window. The trend is smoothed slowly (:data:`TREND_BETA`), so only a
+    sustained ramp moves it: measured over 15 s windows, a fast trend is mostly noise,
+    and two minutes of that noise doubled the pools. A sudden surge shows at once in
+    the backlog and latency terms instead.
+    """
+    return max(level + max(trend, 0.0) * config.cold_start_s, 0.0)
+
+
 def compute_latency_ratio(
     obs: Observation,
     pool: PoolObservation,
     targets: LatencyTargets,
     class_targets: dict[str, LatencyTargets],
     signal: str,
-) -> tuple[float | None, float | None, float | None]:
-    """(measured / target, measured s, target s) for ``signal`` (``ttft`` or ``itl``).
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(measured / target, measured s, target s, mean s) for ``signal`` (``ttft`` or
+    ``itl``): the measured value at the target's percentile, and the window's mean.
 
     The strictest class with traffic decides: the largest ratio over classes that had
     requests in the window. Router measurements are preferred; the pool's own engine
     histograms are the fallback.
     """
-    best: tuple[float | None, float | None, float | None] = (None, None, None)
+    best: tuple[float | None, float | None, float | None, float | None] = (None,) * 4
     sources = [(name, lat) for name, lat in obs.latency_by_class.items() if lat.requests > 0]
     if not sources and pool.latency is not None:
         sources = [("", pool.latency)]
@@ -98,8 +125,9 @@ def compute_latency_ratio(
         if target is None or target <= 0 or measured is None:
             continue
         ratio = measured / target
+        mean = latency.ttft_mean_s if signal == "ttft" else latency.itl_mean_s
         if best[0] is None or ratio > best[0]:
-            best = (ratio, measured, target)
+            best = (ratio, measured, target, mean)
     return best
 
 
@@ -109,6 +137,27 @@ def _latency_floor(pool: PoolObservation, ratio: float | None) -> float:
     if ratio is None or ratio <= 1.0 or pool.ready == 0 or pool.replicas > pool.ready:
         return 0.0
     return pool.ready * min(ratio, MAX_LATENCY_CORRECTION)
+
+
+def compute_prompt_demand(
+    obs: Observation, pool: PoolObservation, backlog_tokens: float, state: PoolState
+) -> float:
+    """Prompt tokens/s arriving: the router's count when it reports one, else what the
+    pool processed plus how fast its backlog grew since the last tick (a saturated pool
+    processes only its capacity; the rest of the demand piles up in the queue).
+
+    >>> pool = PoolObservation("prefill", 1, 1, 1, prompt_tokens_per_s=30_000.0)
+    >>> state = PoolState(backlog_tokens=100_000.0)
+    >>> obs = Observation(now_s=15.0, window_s=15.0, pools={})
+    >>> compute_prompt_demand(obs, pool, 400_000.0, state)
+    50000.0
+    """
+    if obs.arrival_prompt_tokens_per_s is not None:
+        return obs.arrival_prompt_tokens_per_s
+    growth = 0.0
+    if state.backlog_tokens is not None and obs.window_s > 0:
+        growth = max(backlog_tokens - state.backlog_tokens, 0.0) / obs.window_s
+    return pool.prompt_tokens_per_s + growth
 
 
 def size_prefill(
@@ -127,26 +176,19 @@ def size_prefill(
         else PRIOR_PROMPT_TOKENS
     )
     backlog_tokens = pool.waiting_requests * per_request
-    processed = pool.prompt_tokens_per_s
-    arrival = obs.arrival_prompt_tokens_per_s
-    demand = arrival if arrival is not None else processed
-    # A saturated pool (a queue at every ready pod) runs at its capacity: learn it.
-    learned = state.learned_capacity
-    if pool.ready > 0 and processed > 0:
-        sample = processed / pool.ready
-        if pool.waiting_requests >= pool.ready:
-            learned = (
-                sample if learned is None else (1 - LEARN_RATE) * learned + LEARN_RATE * sample
-            )
-        elif learned is not None and sample > learned:
-            learned = sample  # it just did more than we thought it could
+    demand = compute_prompt_demand(obs, pool, backlog_tokens, state)
+    measured_prompt = per_request if pool.requests_finished_per_s > 0 else 0.0
+    learned = learn_prefill_capacity(state.learned_capacity, pool, measured_prompt, obs.window_s)
     capacity = declared or learned or prior
     level, trend = compute_holt(state, demand, obs.now_s)
-    forecast = max(level + max(trend, 0.0) * config.cold_start_s, demand)
-    budget_s = (config.targets.ttft_s or 1.0) * 0.5
-    n_demand = forecast / (capacity * config.utilization)
+    forecast = compute_forecast(level, trend, config)
+    # Waiting prompts are drained within a tick (or the TTFT budget, if longer): sooner
+    # would ask for pods that could not be ready before the queue is gone anyway.
+    budget_s = max((config.targets.ttft_s or 1.0) * 0.5, config.interval_s * DRAIN_TICKS)
+    utilization = config.utilization
+    n_demand = forecast / (capacity * utilization)
     n_backlog = (demand + backlog_tokens / budget_s) / capacity
-    ratio, measured, target = compute_latency_ratio(
+    ratio, measured, target, _ = compute_latency_ratio(
         obs, pool, config.targets, dict(config.class_targets), "ttft"
     )
     n_latency = _latency_floor(pool, ratio)
@@ -154,7 +196,7 @@ def size_prefill(
     driver = max(
         (
             n_demand,
-            f"prompt demand {human(forecast)} tok/s / ({config.utilization:g} × "
+            f"prompt demand {human(forecast)} tok/s / ({utilization:.2g} × "
             f"{human(capacity)} tok/s per replica)",
         ),
         (
@@ -170,6 +212,7 @@ def size_prefill(
         demand_trend_per_s=trend,
         demand_time_s=obs.now_s,
         learned_capacity=learned,
+        backlog_tokens=backlog_tokens,
     )
     current_capacity = max(pool.ready, 1) * capacity
     return Sizing(
@@ -213,34 +256,55 @@ def size_decode(
         used + pool.running_requests * out_len / 2 + pool.waiting_requests * (context + out_len / 2)
     )
     concurrency = pool.running_requests + pool.waiting_requests
-    level, trend = compute_holt(state, concurrency, obs.now_s)
-    forecast = max(level + max(trend, 0.0) * config.cold_start_s, concurrency)
-    growth = forecast / concurrency if concurrency >= 1 else 1.0
-    ratio, measured, target = compute_latency_ratio(
+    ratio, measured, target, mean = compute_latency_ratio(
         obs, pool, config.targets, dict(config.class_targets), "itl"
     )
-    batch = state.learned_batch
-    per_replica = pool.running_requests / pool.ready if pool.ready else 0.0
-    if ratio is not None and per_replica > 0:
-        if ratio <= 1.0 and (batch is None or per_replica > batch):
-            batch = per_replica  # this batch kept ITL within target
-        elif ratio > 1.0 and batch is not None and per_replica < batch:
-            batch = per_replica
-    max_batch = min(cfg.max_batch_at_itl or batch or cfg.max_num_seqs, cfg.max_num_seqs)
+    itl_s = target or config.targets.itl_s
+    fit = learn_step_fit(StepFit.from_list(state.step_fit), pool, mean, measured, obs.window_s)
+    batch_now = pool.running_requests / pool.ready if pool.ready else 0.0
+    batch, proven = (
+        compute_batch_at_itl(fit, state.proven_batch, itl_s, batch_now, ratio, obs.window_s)
+        if itl_s
+        else (None, None)
+    )
+    batch = batch or state.learned_batch
+    max_batch = max(min(cfg.max_batch_at_itl or batch or cfg.max_num_seqs, cfg.max_num_seqs), 1.0)
+    utilization = config.batch_share
+    demand = pool.generation_tokens_per_s
+    level, trend = compute_holt(state, demand, obs.now_s)
+    forecast = compute_forecast(level, trend, config)
+    growth = forecast / demand if demand > 0 else 1.0
+    if itl_s:
+        # A replica at max_batch generates max_batch tokens per step, and its mean
+        # step is the target over the tail (the target's percentile over the mean).
+        per_replica = max_batch * fit.tail_ratio / itl_s
+        n_rate = forecast / (per_replica * utilization)
+        rate_reason = (
+            f"{human(forecast)} tok/s / ({utilization:.2g} × {human(per_replica)} tok/s "
+            f"per replica at batch {human(max_batch)} within ITL {itl_s:g}s)"
+        )
+    else:
+        n_rate = concurrency * growth / (max_batch * utilization)
+        rate_reason = (
+            f"{human(concurrency * growth)} sequences / ({utilization:.2g} × batch "
+            f"{human(max_batch)})"
+        )
     n_kv = kv_demand * growth / (kv_cap * config.kv_usage_target)
-    n_conc = forecast / (max(max_batch, 1.0) * config.utilization)
+    # Queued sequences need a slot now, whatever the rate says.
+    n_queue = concurrency / max_batch if pool.waiting_requests >= 1 else 0.0
     n_latency = _latency_floor(pool, ratio)
-    n = max(n_kv, n_conc, n_latency)
+    n = max(n_kv, n_rate, n_queue, n_latency)
     driver = max(
         (
             n_kv,
             f"KV demand {human(kv_demand * growth)} tokens / ({config.kv_usage_target:g} × "
             f"{human(kv_cap)} per replica)",
         ),
+        (n_rate, rate_reason),
         (
-            n_conc,
-            f"{human(forecast)} sequences / ({config.utilization:g} × batch "
-            f"{human(max_batch)} within ITL)",
+            n_queue,
+            f"{human(concurrency)} sequences ({human(pool.waiting_requests)} waiting) / batch "
+            f"{human(max_batch)} within ITL",
         ),
         (n_latency, f"ITL {measured or 0:.3g}s over target {target or 0:.3g}s"),
     )[1]
@@ -254,6 +318,8 @@ def size_decode(
             demand_trend_per_s=trend,
             demand_time_s=obs.now_s,
             learned_batch=batch,
+            proven_batch=proven,
+            step_fit=tuple(fit.to_list()) if fit.weight > 0 else None,
         ),
         signals={
             "demand": forecast,

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from tandem.policy.config import PolicyConfig, PoolConfig
@@ -61,3 +62,27 @@ def stabilize(
         n = max(target, current - config.step_down)
         return n, state, f"step limit {config.step_down}" if n > target else ""
     return current, state, ""
+
+
+def remember_peak(
+    wanted: int, now_s: float, state: PoolState, cfg: PoolConfig, config: PolicyConfig
+) -> tuple[int, PoolState, str]:
+    """(replicas, new state, note): ``wanted``, raised to the burst-memory floor.
+
+    The pool keeps a decaying memory of its largest recent need (half-life
+    ``config.peak_half_life_s``) and never plans below ``config.peak_share`` of it. On
+    traffic that comes in bursts after quiet minutes, a pool scaled to its minimum in
+    the quiet would miss a whole cold start of the next burst; the floor keeps part of
+    the last burst's pool instead, and lets go as the memory fades.
+    """
+    wanted = min(max(wanted, cfg.min_replicas), cfg.max_replicas)
+    share = config.peak_share
+    peak = state.peak_need
+    if peak is not None and state.peak_time_s is not None:
+        peak *= 0.5 ** (max(now_s - state.peak_time_s, 0.0) / config.peak_half_life_s)
+    peak = float(wanted) if peak is None else max(peak, float(wanted))
+    state = replace(state, peak_need=peak, peak_time_s=now_s)
+    floor = math.ceil(share * peak - 1e-6) if share > 0 else 0
+    if floor > wanted:
+        return floor, state, f"burst memory: {share:g} × recent peak {peak:.1f}"
+    return wanted, state, ""

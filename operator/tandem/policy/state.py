@@ -28,8 +28,19 @@ class PoolState:
     """When the demand was last smoothed."""
     learned_capacity: float | None = None
     """Learned per-replica capacity: prefill tokens/s, or decode KV tokens."""
+    backlog_tokens: float | None = None
+    """Prompt tokens waiting at the last tick (prefill), to tell how fast it grows."""
     learned_batch: float | None = None
-    """Learned largest decode batch per replica that kept ITL within target."""
+    """Learned largest decode batch per replica whose ITL meets the target."""
+    proven_batch: float | None = None
+    """Highest decode batch per replica shown to meet the ITL target (a lower bound of
+    ``learned_batch``, slowly forgotten)."""
+    step_fit: tuple[float, ...] | None = None
+    """Weighted sums of the decode step-time line (:class:`~tandem.policy.learn.StepFit`)."""
+    peak_need: float | None = None
+    """Largest recent replica need, decaying (the burst memory)."""
+    peak_time_s: float | None = None
+    """When ``peak_need`` was last updated."""
     panic_until_s: float | None = None
     """Scale-downs are held until this time after a panic tick."""
 
@@ -57,6 +68,7 @@ class PolicyState:
                 role: {
                     **asdict(p),
                     "recommendations": [[round(t, 3), n] for t, n in p.recommendations],
+                    "step_fit": list(p.step_fit) if p.step_fit is not None else None,
                 }
                 for role, p in self.pools.items()
             }
@@ -75,7 +87,9 @@ class PolicyState:
             try:
                 values = {k: v for k, v in raw.items() if k in names}
                 recs = tuple((float(t), int(n)) for t, n in values.pop("recommendations", ()))
-                pools[str(role)] = PoolState(recommendations=recs, **values)
+                fit = values.pop("step_fit", None)
+                step_fit = tuple(float(v) for v in fit) if fit is not None else None
+                pools[str(role)] = PoolState(recommendations=recs, step_fit=step_fit, **values)
             except (TypeError, ValueError):
                 pools[str(role)] = PoolState()
         return cls(pools)
