@@ -10,14 +10,17 @@ pool's engines, so each pool's growth can be told apart.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tandem.local.processes import free_port
 from tests.factories import make_manifest
+from tests.observe.prometheus_server import running_prometheus
 from tests.operator.fleet import COST, Load, PodFleet
-from tests.operator.helpers import DEPLOY, ISVCS, condition, create, isvc
+from tests.operator.helpers import DEPLOY, ISVCS, condition, create, isvc, patch_spec
 from tests.support import Emulator, eventually
 from tests.support.api_client import Api
 from tests.support.operator_harness import RunningOperator
@@ -326,3 +329,48 @@ async def test_invalid_service_does_not_stop_a_valid_one_and_deletion_drops_seri
             lambda: not [n for n, lbls in exported(op) if dict(lbls).get("service") == "good"],
             what="the deleted service's series to go",
         )
+
+
+async def test_prometheus_source_holds_while_unreachable_then_drives_the_pools(
+    k: Emulator, api: Api, operators: Callable[..., Any], tmp_path: Path
+) -> None:
+    await start(operators)
+    manifest = autoscaled(window="0s", decode={"replicas": {"min": 1, "max": 3, "initial": 2}})
+    manifest["spec"]["autoscaling"]["metrics"] = {
+        "source": "prometheus",
+        "url": f"http://127.0.0.1:{free_port()}",  # nothing listens there yet
+        "scrapeTimeout": "1s",
+    }
+    await create(api, manifest)
+    await eventually(lambda: k.fetch(DEPLOY, "default", "chat-decode"), what="the pools")
+    async with PodFleet(k, api, "chat") as fleet:
+        await eventually(lambda: len(fleet.pods["decode"]) == 2, what="two decode pods")
+        missing = await eventually(
+            lambda: (c := condition(isvc(k, "chat"), "MetricsAvailable")) and c,
+            what="a tick against the missing Prometheus",
+        )
+        assert missing["status"] == "False", missing
+        assert fleet.replicas("decode") == 2 and scale_writes(k, "chat-decode") == []
+
+        targets = [
+            (
+                f"127.0.0.1:{pod.port}",
+                {"namespace": "default", "service": "chat", "pool": role, "pod": pod.name},
+            )
+            for role, pods in fleet.pods.items()
+            for pod in pods
+        ]
+        async with running_prometheus(tmp_path, targets) as url:
+            await patch_spec(api, "chat", {"autoscaling": {"metrics": {"url": url}}})
+            await eventually(
+                lambda: fleet.replicas("decode") == 1,
+                timeout_s=20,
+                what="the idle decode pool to shrink on Prometheus's numbers",
+            )
+            await eventually(
+                lambda: (
+                    (c := condition(isvc(k, "chat"), "MetricsAvailable")) and c["status"] == "True"
+                ),
+                what="MetricsAvailable=True from Prometheus",
+            )
+        assert scale_writes(k, "chat-prefill") == []
