@@ -68,7 +68,9 @@ class OperatorMetrics:
             registry=r,
         )
         self.status_writes = Counter(
-            "tandem_operator_status_writes", "Writes of InferenceService status.", registry=r
+            "tandem_operator_status_writes",
+            "Writes of InferenceService status by the reconciler.",
+            registry=r,
         )
         self.api_errors = Counter(
             "tandem_operator_api_errors",
