@@ -207,6 +207,10 @@ async def test_prefill_load_grows_only_prefill_and_it_shrinks_after(
             samples, "tandem_autoscaler_slo_objective_ratio", pool="decode", signal="itl"
         ) == [0.9]
 
+    # A replica that stops leading exports no autoscaler series (a standby has none).
+    await op.stop()
+    assert not [name for name, _ in exported(op) if name.startswith("tandem_autoscaler_")]
+
 
 async def test_decode_load_grows_only_decode_and_scale_down_spares_the_busy_pod(
     k: Emulator, api: Api, operators: Callable[..., Any]

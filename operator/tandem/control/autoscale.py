@@ -178,8 +178,8 @@ class Autoscaler:
         return isvc
 
     def _service(self, key: ServiceKey, isvc: InferenceService) -> _Service:
-        metrics = isvc.spec.autoscaling.metrics
-        source_key = (metrics.source, metrics.url, metrics.scrape_timeout)
+        metrics, model = isvc.spec.autoscaling.metrics, isvc.spec.model.name
+        source_key = (metrics.source, metrics.url, metrics.scrape_timeout, model)
         state = self._services.get(key)
         if state is not None and state.source_key == source_key:
             return state
@@ -189,13 +189,13 @@ class Autoscaler:
         if metrics.source == "prometheus" and metrics.url:
             source = PrometheusSource(
                 metrics.url,
-                PromTarget(isvc.namespace, isvc.name),
+                PromTarget(isvc.namespace, isvc.name, model_name=model),
                 self._session,
                 window_s=compute_prometheus_window_s(isvc),
                 timeout_s=metrics.scrape_timeout,
             )
         else:
-            source = Scraper(self._session, timeout_s=metrics.scrape_timeout)
+            source = Scraper(self._session, timeout_s=metrics.scrape_timeout, model_name=model)
         written = state.written if state is not None else {}
         self._services[key] = _Service(source, source_key, written)
         return self._services[key]
