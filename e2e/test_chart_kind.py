@@ -8,8 +8,9 @@ its own and removes them afterwards.
 
 The test walks what an SRE does: ``helm install`` the chart, wait for the operator,
 apply the sim-backend example, wait for ``Ready``, talk OpenAI to the router Service
-through a port-forward, drive load until the autoscaler grows both pools, then delete
-the InferenceService and see every child go.
+through a port-forward, drive load until the autoscaler grows both pools, watch them
+shrink back after the load with Events, status and metrics saying why, then delete the
+InferenceService and see every child go.
 """
 
 from __future__ import annotations
@@ -277,6 +278,39 @@ def test_load_scales_both_pools(router_url: str) -> None:
         assert status["pools"][role]["lastDecision"]["reason"]
     events = get_json("events", "-n", SERVICE_NS, "--field-selector", f"involvedObject.name={name}")
     assert any("prefill" in e.get("message", "") for e in events["items"]), "no scaling Event"
+
+
+def test_pools_shrink_after_the_load_and_say_why(router_url: str) -> None:
+    """After the load: both pools back to their minimum once the example's 1-minute
+    scale-down window passes, one Event per change, both writers' status side by side,
+    and the decisions on the leader's /metrics."""
+    name = sim_manifest()["metadata"]["name"]
+    wait_for(
+        lambda: _pool_replicas(name) == {"prefill": 1, "decode": 1},
+        timeout_s=600,
+        what="both pools back to 1 replica",
+    )
+    status = get_json("inferenceservice", name, "-n", SERVICE_NS)["status"]
+    types = {c["type"] for c in status["conditions"]}
+    assert {"Ready", "PrefillReady", "DecodeReady", "RouterReady"} <= types, types
+    assert {"ScalingActive", "MetricsAvailable"} <= types, types
+    for role in ("prefill", "decode"):
+        pool = status["pools"][role]
+        assert pool["desiredReplicas"] == 1 and pool["lastDecision"]["toReplicas"] == 1, pool
+        assert {"replicas", "readyReplicas"} <= set(pool), pool
+    events = get_json("events", "-n", SERVICE_NS, "--field-selector", f"involvedObject.name={name}")
+    reasons = {e["reason"] for e in events["items"]}
+    assert {"ScaledUp", "ScaledDown"} <= reasons, reasons
+    holder = get_json("lease", "tandem-operator", "-n", OPERATOR_NS)["spec"]["holderIdentity"]
+    metrics = kubectl(
+        "get", "--raw", f"/api/v1/namespaces/{OPERATOR_NS}/pods/{holder}:8080/proxy/metrics"
+    )
+    for series in (
+        f'tandem_autoscaler_desired_replicas{{namespace="{SERVICE_NS}",service="{name}"',
+        "tandem_autoscaler_decisions_total{",
+        "tandem_autoscaler_signal{",
+    ):
+        assert series in metrics, series
 
 
 def test_delete_removes_every_child(router_url: str) -> None:

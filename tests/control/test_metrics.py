@@ -5,10 +5,12 @@ from __future__ import annotations
 from tandem.control.metrics import OperatorMetrics, parse_path
 
 
-def test_every_metric_is_tandem_operator_and_colon_free() -> None:
+def test_every_metric_is_tandem_operator_or_autoscaler_and_colon_free() -> None:
     text = OperatorMetrics().exposition().decode()
     names = {line.split()[2] for line in text.splitlines() if line.startswith("# HELP")}
-    assert names and all(n.startswith("tandem_operator_") and ":" not in n for n in names)
+    assert names and all(
+        n.startswith(("tandem_operator_", "tandem_autoscaler_")) and ":" not in n for n in names
+    )
 
 
 def test_api_errors_are_counted_by_verb_resource_and_code() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from tandem.cli import build_parser
 from tests.factories import make_manifest
-from tests.operator.helpers import children, create
+from tests.operator.helpers import children, condition, create, isvc
 from tests.support import Emulator, emulator_url, eventually, kubeconfig_for
 from tests.support.api_client import Api
 
@@ -32,6 +32,11 @@ def test_flags_parse_as_the_chart_passes_them() -> None:
     )
     assert args.namespaces == ["a", "b"] and args.metrics_port == 9090
     assert args.leader_election and args.lease_name == "tandem" and args.verbose
+
+
+def test_the_autoscaler_is_on_unless_turned_off() -> None:
+    assert build_parser().parse_args(["operator"]).autoscaler is True
+    assert build_parser().parse_args(["operator", "--no-autoscaler"]).autoscaler is False
 
 
 def test_namespaces_and_all_namespaces_exclude_each_other() -> None:
@@ -60,8 +65,15 @@ async def test_the_command_reconciles_logs_json_and_stops_on_sigterm(k: Emulator
             await eventually(
                 lambda: k.open_watches("deployments"), timeout_s=20, what="the operator to watch"
             )
-            await create(api, make_manifest("chat"))
+            await create(api, make_manifest("chat", autoscaling={"interval": "1s"}))
             await eventually(lambda: len(children(k)) == 13, timeout_s=20)
+            # The command runs the autoscaler: no engine pods yet, so it holds and says so.
+            held = await eventually(
+                lambda: condition(isvc(k, "chat"), "MetricsAvailable"),
+                timeout_s=20,
+                what="an autoscaler tick",
+            )
+            assert held["status"] == "False" and "0 of 0 ready pods answered" in held["message"]
             await asyncio.sleep(0.5)
             proc.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(proc.communicate(), 30)

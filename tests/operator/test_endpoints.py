@@ -112,12 +112,17 @@ async def test_tickers_run_per_service_and_stop_when_it_is_deleted(
     k: Emulator, api: Api, operators: Callable[..., Any]
 ) -> None:
     ticks: list[tuple[str, int]] = []
+    forgotten: list[tuple[str, str]] = []
+    closed: list[bool] = []
 
     async def tick(ctx: TickContext) -> None:
         ticks.append((ctx.key[1], len(ctx.children)))
 
+    async def close() -> None:
+        closed.append(True)
+
     def setup(runtime: Runtime) -> None:
-        runtime.add_ticker("probe", lambda body: 0.1, tick)
+        runtime.add_ticker("probe", lambda body: 0.1, tick, forget=forgotten.append, close=close)
 
     op: RunningOperator = await operators(setup=setup)
     await create(api, make_manifest("alpha"))
@@ -129,6 +134,10 @@ async def test_tickers_run_per_service_and_stop_when_it_is_deleted(
     await eventually(
         lambda: op.runtime is not None and op.runtime.tickers.running(("default", "alpha")) == []
     )
+    assert forgotten == [("default", "alpha")]
     before = len([t for t in ticks if t[0] == "alpha"])
     await eventually(lambda: len([t for t in ticks if t[0] == "beta"]) > len(ticks) // 2 + 2)
     assert len([t for t in ticks if t[0] == "alpha"]) == before
+    assert closed == []
+    await op.stop()
+    assert closed == [True]  # the runtime stopped: the ticker closed once

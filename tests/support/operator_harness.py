@@ -32,6 +32,7 @@ TEST_CONFIG = OperatorConfig(
     retry_max_s=1.0,
     kopf=KopfTuning.for_tests(),
     stop_timeout_s=10.0,
+    autoscaler=False,  # the autoscaler's tests turn it on (tests/operator/test_autoscale*.py)
 )
 
 

@@ -1,9 +1,10 @@
 """The Deployment of one engine pool (prefill, decode or aggregated). Pure.
 
 vLLM pods get their exact ``vllm serve`` arguments, the NIXL side-channel host from the
-pod IP, probes sized for slow weight loading, a memory-backed ``/dev/shm``, GPU requests
-and a drain on SIGTERM. ``engine.backend: sim`` runs the simulated engine on CPU instead,
-as a non-root, read-only container.
+pod IP, probes sized for slow weight loading, a memory-backed ``/dev/shm``, GPU requests,
+and a drain before exit: a ``preStop`` hook that waits for the running sequences
+(:mod:`tandem.build.drain`), then vLLM's own drain on SIGTERM. ``engine.backend: sim``
+runs the simulated engine on CPU instead, as a non-root, read-only container.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from typing import Any
 
 from tandem.api import InferenceService, PoolSpec
+from tandem.build.drain import SETTLE_S, build_drain_command, compute_grace_period_s
 from tandem.build.images import TANDEM_IMAGE, VLLM_IMAGE
 from tandem.build.meta import (
     HTTP_PORT,
@@ -26,9 +28,6 @@ from tandem.build.meta import (
 )
 from tandem.build.vllm_args import MODELS_MOUNT, build_sim_args, build_vllm_args, parse_model_uri
 
-#: Seconds the pod keeps serving after it is marked for deletion, so endpoints stop
-#: routing to it before SIGTERM starts vLLM's drain.
-PRESTOP_SLEEP_S = 5
 SIM_UID = 10001
 
 
@@ -83,7 +82,7 @@ def _pod_spec(isvc: InferenceService, role: str, pool: PoolSpec) -> dict[str, An
     spec: dict[str, Any] = {
         "containers": [_container(isvc, role, pool, sim, bool(source.pvc_claim))],
         "volumes": volumes,
-        "terminationGracePeriodSeconds": math.ceil(engine.shutdown_timeout) + PRESTOP_SLEEP_S + 15,
+        "terminationGracePeriodSeconds": compute_grace_period_s(SETTLE_S, engine.shutdown_timeout),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}
@@ -129,7 +128,13 @@ def _container(
         ),
         "readinessProbe": _probe(period_s=5, failures=3),
         "livenessProbe": _probe(period_s=10, failures=6),
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_S)]}}},
+        "lifecycle": {
+            "preStop": {
+                "exec": {
+                    "command": build_drain_command(HTTP_PORT, SETTLE_S, engine.shutdown_timeout)
+                }
+            }
+        },
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},

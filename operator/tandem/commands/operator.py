@@ -14,10 +14,10 @@ from typing import Any
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "operator",
-        help="run the operator: reconcile InferenceServices into their pools",
+        help="run the operator: reconcile InferenceServices into their pools, autoscale them",
         description="Watch InferenceServices and keep their Deployments, Services, "
-        "PodDisruptionBudgets and NetworkPolicy as the spec says, with status, Events "
-        "and Prometheus metrics.",
+        "PodDisruptionBudgets and NetworkPolicy as the spec says, resize each pool from "
+        "live metrics, with status, Events and Prometheus metrics.",
     )
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
@@ -76,6 +76,13 @@ def register(sub: Any) -> None:
         default=16,
         metavar="N",
         help="InferenceServices reconciled concurrently (default 16)",
+    )
+    p.add_argument(
+        "--autoscaler",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="resize each InferenceService's pools from live metrics (default on; "
+        "--no-autoscaler leaves pool sizes alone)",
     )
     p.add_argument(
         "--resync-interval",
@@ -158,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         lease=lease,
         workers=args.workers,
         resync_interval_s=args.resync_interval,
+        autoscaler=args.autoscaler,
         kopf=KopfTuning(
             watch_server_timeout_s=args.watch_timeout,
             watch_client_timeout_s=args.watch_timeout + 60,

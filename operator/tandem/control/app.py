@@ -4,7 +4,8 @@ runtime. Does I/O (through its parts).
 Lifecycle of :meth:`Operator.run`::
 
     serve /metrics and /healthz  ──▶  wait for the Lease (standby; the liveness endpoint
-    answers "standby")  ──▶  lead: start the runtime, run Kopf, renew the Lease
+    answers "standby")  ──▶  lead: start the runtime (reconciler and autoscaler), run
+    Kopf, renew the Lease
     ──▶  on SIGTERM/stop: stop writing, stop Kopf, release the Lease   (exit 0)
     ──▶  on a lost Lease: stop writing at once, stop Kopf              (exit 1, restart)
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import kopf
 
+from tandem.control.autoscale import setup_autoscaler
 from tandem.control.handlers import build_registry
 from tandem.control.http import HttpServer, metrics_app, serve_standby_liveness
 from tandem.control.leadership import LeaderElector, LeaseConfig
@@ -62,6 +64,9 @@ class OperatorConfig:
     kopf: KopfTuning = field(default_factory=KopfTuning)
     stop_timeout_s: float = 20.0
     """How long Kopf may take to stop before it is cancelled."""
+    autoscaler: bool = True
+    """Run the autoscaler (:mod:`tandem.control.autoscale`) on every InferenceService;
+    off, the pools keep whatever size they have (``replicas.initial`` when created)."""
 
     @property
     def identity(self) -> str:
@@ -155,6 +160,8 @@ class Operator:
             retry_base_s=cfg.retry_base_s,
             retry_max_s=cfg.retry_max_s,
         )
+        if cfg.autoscaler:
+            setup_autoscaler(runtime)
         if self.setup is not None:
             self.setup(runtime)
         self.runtime = runtime

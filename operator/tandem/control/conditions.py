@@ -22,6 +22,8 @@ from tandem.build.meta import ENGINE_ROLES, child_name
 
 #: Condition types this module owns (the autoscaler owns ScalingActive, MetricsAvailable).
 OWNED_TYPES = frozenset({"Ready", "PrefillReady", "DecodeReady", "PoolReady", "RouterReady"})
+#: Condition types the autoscaler owns (:mod:`tandem.control.scaling`); never touched here.
+AUTOSCALER_TYPES = frozenset({"ScalingActive", "MetricsAvailable"})
 ROLE_CONDITION = {
     "prefill": "PrefillReady",
     "decode": "DecodeReady",
@@ -163,7 +165,9 @@ def compute_status_patch(
         patch["observedGeneration"] = generation
     if desired.router_url is not None and live.get("routerURL") != desired.router_url:
         patch["routerURL"] = desired.router_url
-    conditions = _merge_conditions(live.get("conditions") or [], desired, generation, now)
+    conditions = merge_conditions(
+        live.get("conditions") or [], desired.conditions, desired.managed, generation, now
+    )
     if conditions != (live.get("conditions") or []):
         patch["conditions"] = conditions
     if desired.pools is not None:
@@ -173,10 +177,21 @@ def compute_status_patch(
     return patch or None
 
 
-def _merge_conditions(
-    live: list[dict[str, Any]], desired: DesiredStatus, generation: int | None, now: str
+def merge_conditions(
+    live: list[dict[str, Any]],
+    conditions: Iterable[Condition],
+    managed: frozenset[str],
+    generation: int | None,
+    now: str,
 ) -> list[dict[str, Any]]:
-    wanted = {c.type: c for c in desired.conditions}
+    """The whole ``status.conditions`` list (a merge patch replaces lists) with
+    ``conditions`` set, types in ``managed`` but not in ``conditions`` removed, and every
+    other writer's conditions kept as they are, in place.
+
+    A condition whose ``status`` did not change keeps its ``lastTransitionTime``.
+    """
+    wanted = {c.type: c for c in conditions}
+    order = list(wanted.values())
     previous = {c.get("type"): c for c in live}
 
     def render(cond: Condition) -> dict[str, Any]:
@@ -198,9 +213,9 @@ def _merge_conditions(
         kind = cond.get("type")
         if kind in wanted:
             merged.append(render(wanted.pop(kind)))
-        elif kind not in desired.managed:
+        elif kind not in managed:
             merged.append(cond)
-    merged += [render(c) for c in desired.conditions if c.type in wanted]
+    merged += [render(c) for c in order if c.type in wanted]
     return merged
 
 

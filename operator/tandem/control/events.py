@@ -52,14 +52,21 @@ class EventRecorder:
         self._tasks: list[asyncio.Task[None]] = []
 
     def record(
-        self, involved: Mapping[str, Any], type: EventType, reason: str, message: str
+        self,
+        involved: Mapping[str, Any],
+        type: EventType,
+        reason: str,
+        message: str,
+        *,
+        dedupe: bool = True,
     ) -> None:
-        """Post an Event about ``involved`` soon (unless posted within ``dedupe_s``)."""
+        """Post an Event about ``involved`` soon (unless posted within ``dedupe_s``;
+        ``dedupe=False`` for facts that each deserve one, such as a scaling change)."""
         uid = (involved.get("metadata") or {}).get("uid")
         key = (uid, type, reason, message)
         now = self._clock()
         last = self._recent.get(key)
-        if last is not None and now - last < self.dedupe_s:
+        if dedupe and last is not None and now - last < self.dedupe_s:
             return
         self._recent[key] = now
         self._recent.move_to_end(key)

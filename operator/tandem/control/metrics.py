@@ -1,7 +1,11 @@
-"""The operator's Prometheus metrics, all named ``tandem_operator_*``. No I/O.
+"""The operator's Prometheus metrics: ``tandem_operator_*`` and ``tandem_autoscaler_*``.
+No I/O.
 
 Each operator instance has its own ``CollectorRegistry`` (two operators in one process,
-as in the HA tests, never share counters). Served by :mod:`tandem.control.http`.
+as in the HA tests, never share counters). Served by :mod:`tandem.control.http`. The
+autoscaler's series are per InferenceService and pool; :mod:`tandem.control.autoscale_metrics`
+sets them each tick and removes a service's series when it is deleted (and all of them
+when this replica stops leading). Every one is listed in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 #: Reconcile durations, seconds: a no-op reconcile takes milliseconds, a first one with
 #: a dozen writes tens of milliseconds, a throttled API server seconds.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: Labels of every per-pool autoscaler series.
+POOL_LABELS = ("namespace", "service", "pool")
 _VERB = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
@@ -62,7 +68,9 @@ class OperatorMetrics:
             registry=r,
         )
         self.status_writes = Counter(
-            "tandem_operator_status_writes", "Writes of InferenceService status.", registry=r
+            "tandem_operator_status_writes",
+            "Writes of InferenceService status by the reconciler.",
+            registry=r,
         )
         self.api_errors = Counter(
             "tandem_operator_api_errors",
@@ -86,6 +94,60 @@ class OperatorMetrics:
             "tandem_operator_tick_errors",
             "Failed periodic ticks by ticker.",
             ["ticker"],
+            registry=r,
+        )
+
+        self.desired_replicas = Gauge(
+            "tandem_autoscaler_desired_replicas",
+            "Replicas the autoscaler last decided for the pool (what it wrote to "
+            "deployments/scale).",
+            POOL_LABELS,
+            registry=r,
+        )
+        self.max_replicas = Gauge(
+            "tandem_autoscaler_max_replicas",
+            "The pool's replicas.max.",
+            POOL_LABELS,
+            registry=r,
+        )
+        self.metrics_available = Gauge(
+            "tandem_autoscaler_metrics_available",
+            "1 when the last tick read the pool's signals; 0 when they were missing (the "
+            "pool is held at its size).",
+            POOL_LABELS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "tandem_autoscaler_decisions",
+            "Autoscaler decisions per tick and pool, by direction (up, down, hold) and a "
+            "short reason code.",
+            (*POOL_LABELS, "direction", "reason"),
+            registry=r,
+        )
+        self.signals = Gauge(
+            "tandem_autoscaler_signal",
+            "A signal behind the pool's last decision (demand, capacity, utilization, "
+            "measured and target latency, ...), in the policy's units.",
+            (*POOL_LABELS, "signal"),
+            registry=r,
+        )
+        self.scrape_failures = Counter(
+            "tandem_autoscaler_scrape_failures",
+            "Pods whose metrics could not be read at a tick (engine pools and router).",
+            POOL_LABELS,
+            registry=r,
+        )
+        self.slo_target = Gauge(
+            "tandem_autoscaler_slo_target_seconds",
+            "A latency target, seconds; le names the router histogram bucket that counts "
+            "as fast enough.",
+            (*POOL_LABELS, "signal", "class", "le"),
+            registry=r,
+        )
+        self.slo_objective = Gauge(
+            "tandem_autoscaler_slo_objective_ratio",
+            "The percentile of that latency target as a ratio (p90: 0.9).",
+            (*POOL_LABELS, "signal", "class"),
             registry=r,
         )
 

@@ -34,6 +34,8 @@ class TickContext:
 
 TickFn = Callable[[TickContext], Awaitable[None]]
 IntervalFn = Callable[[Mapping[str, Any]], float | None]
+ForgetFn = Callable[[ServiceKey], None]
+CloseFn = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class _Ticker:
     name: str
     interval_s: IntervalFn
     fn: TickFn
+    forget: ForgetFn | None = None
+    close: CloseFn | None = None
 
 
 class Tickers:
@@ -52,9 +56,21 @@ class Tickers:
         self._tickers: list[_Ticker] = []
         self._tasks: dict[tuple[str, ServiceKey], asyncio.Task[None]] = {}
 
-    def add(self, name: str, interval_s: IntervalFn, fn: TickFn) -> None:
-        """Register a ticker before the operator starts (e.g. the autoscaler)."""
-        self._tickers.append(_Ticker(name, interval_s, fn))
+    def add(
+        self,
+        name: str,
+        interval_s: IntervalFn,
+        fn: TickFn,
+        *,
+        forget: ForgetFn | None = None,
+        close: CloseFn | None = None,
+    ) -> None:
+        """Register a ticker before the operator starts (e.g. the autoscaler).
+
+        ``forget(key)`` runs when a service is deleted (drop what the ticker keeps for
+        it); ``close()`` when the runtime stops, after every tick task has ended.
+        """
+        self._tickers.append(_Ticker(name, interval_s, fn, forget, close))
 
     def ensure(self, key: ServiceKey) -> None:
         """Make sure every ticker runs for ``key`` (idempotent)."""
@@ -66,10 +82,16 @@ class Tickers:
                 )
 
     def stop(self, key: ServiceKey) -> None:
+        """The service is gone: cancel its ticks and let each ticker forget it."""
         for ticker in self._tickers:
             task = self._tasks.pop((ticker.name, key), None)
             if task is not None:
                 task.cancel()
+            if ticker.forget is not None:
+                try:
+                    ticker.forget(key)
+                except Exception:
+                    logger.exception("ticker %s could not forget %s/%s", ticker.name, *key)
 
     async def stop_all(self) -> None:
         tasks = list(self._tasks.values())
@@ -77,6 +99,12 @@ class Tickers:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for ticker in self._tickers:
+            if ticker.close is not None:
+                try:
+                    await ticker.close()
+                except Exception:
+                    logger.exception("ticker %s did not close cleanly", ticker.name)
 
     def running(self, key: ServiceKey) -> list[str]:
         return [name for (name, k), t in self._tasks.items() if k == key and not t.done()]

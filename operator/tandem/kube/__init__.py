@@ -16,11 +16,13 @@ from tandem.kube.objects import (
     delete_object,
     fetch_object,
     fetch_objects,
+    patch_annotations,
 )
 from tandem.kube.resources import (
     CHILD_TYPES,
     DEPLOYMENT,
     INFERENCE_SERVICE,
+    POD,
     ResourceType,
     resource_for,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "DEPLOYMENT",
     "INFERENCE_SERVICE",
     "LAST_APPLIED_ANNOTATION",
+    "POD",
     "Applied",
     "Connection",
     "KubeClient",
@@ -49,6 +52,7 @@ __all__ = [
     "fetch_object",
     "fetch_objects",
     "fetch_scale",
+    "patch_annotations",
     "patch_scale",
     "patch_status",
     "post_event",

@@ -74,6 +74,25 @@ async def fetch_objects(
     return items
 
 
+async def patch_annotations(
+    client: KubeClient,
+    rtype: ResourceType,
+    namespace: str | None,
+    name: str,
+    annotations: Mapping[str, str | None],
+) -> dict[str, Any]:
+    """Set (or, with None, remove) annotations of one object; nothing else is written.
+
+    A merge patch of ``metadata.annotations`` only, so it never conflicts with the
+    object's controller (the autoscaler sets ``pod-deletion-cost`` on pods this way).
+    Returns the object as stored; raises :class:`KubeError` (``not_found`` when gone).
+    """
+    body = {"metadata": {"annotations": dict(annotations)}}
+    return await client.request(
+        "PATCH", rtype.path(namespace, name), body=body, content_type=MERGE_PATCH
+    )
+
+
 async def apply_object(
     client: KubeClient,
     desired: Mapping[str, Any],

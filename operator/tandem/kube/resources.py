@@ -46,6 +46,7 @@ class ResourceType:
 SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
 SERVICE = ResourceType("", "v1", "services", "Service")
 EVENT = ResourceType("", "v1", "events", "Event")
+POD = ResourceType("", "v1", "pods", "Pod")
 ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
@@ -70,7 +71,7 @@ CHILD_TYPES: tuple[ResourceType, ...] = (
 )
 
 _BY_KIND: dict[tuple[str, str], ResourceType] = {
-    (t.api_version, t.kind): t for t in (*CHILD_TYPES, EVENT, LEASE, INFERENCE_SERVICE)
+    (t.api_version, t.kind): t for t in (*CHILD_TYPES, EVENT, LEASE, POD, INFERENCE_SERVICE)
 }
 
 

@@ -19,11 +19,23 @@ from tandem.build.meta import HTTP_PORT as DEFAULT_PORT
 
 def compute_pod_endpoint(pod: Mapping[str, Any], service: str) -> tuple[str, str] | None:
     """``(role, url)`` of a ready engine pod of ``service``; ``None`` for any other pod."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
     role = labels.get(ROLE_LABEL)
     if labels.get(SERVICE_LABEL) != service or role not in ENGINE_ROLES:
         return None
+    address = compute_pod_address(pod)
+    if address is None:
+        return None
+    ip, port = address
+    host = f"[{ip}]" if ":" in ip else ip
+    return role, f"http://{host}:{port}"
+
+
+def compute_pod_address(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``(pod IP, port of the container port named http)`` of a pod that may serve now:
+    not being deleted, ``Running``, with an IP and its ``Ready`` condition ``True``;
+    ``None`` for any other pod. The autoscaler scrapes exactly these pods."""
+    meta = pod.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None
     status = pod.get("status") or {}
@@ -36,8 +48,7 @@ def compute_pod_endpoint(pod: Mapping[str, Any], service: str) -> tuple[str, str
     )
     if not ready:
         return None
-    host = f"[{ip}]" if ":" in ip else ip
-    return role, f"http://{host}:{_http_port(pod)}"
+    return str(ip), _http_port(pod)
 
 
 def _http_port(pod: Mapping[str, Any]) -> int:
