@@ -32,7 +32,12 @@ def decision(**signals: float) -> Decision:
         100.0,
         {
             "prefill": PoolDecision(
-                "prefill", 1, 2, "prefill 1→2: prompt demand 20k tok/s / (0.75 × 15k)", signals
+                "prefill",
+                1,
+                2,
+                "prefill 1→2: prompt demand 20k tok/s / (0.8 × 15k)",
+                signals,
+                driver="demand",
             ),
             "decode": PoolDecision(
                 "decode", 2, 2, "decode 2: holding, metrics unavailable (pod d: x)", {}, False

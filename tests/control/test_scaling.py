@@ -157,46 +157,84 @@ def test_the_reconciler_keeps_the_autoscalers_conditions_and_pool_fields() -> No
 
 
 @pytest.mark.parametrize(
-    ("current", "desired", "reason", "label"),
+    ("current", "desired", "reason", "driver", "label"),
     [
-        (1, 3, "prefill 1→3: prompt demand 20k tok/s / (0.75 × 15k tok/s per replica)", "demand"),
-        (1, 2, "prefill 1→2: backlog 8k prompt tokens to drain in 0.5s at 10k tok/s", "backlog"),
-        (2, 4, "prefill 2→4: TTFT 2.1s over target 1s", "latency"),
-        (2, 3, "decode 2→3: ITL 0.09s over target 0.05s (step limit 1)", "latency"),
-        (4, 6, "decode 4→6: KV demand 1.13M tokens / (0.8 × 280k per replica)", "kv"),
-        (1, 3, "decode 1→3: 4 sequences / (0.75 × batch 2 within ITL)", "concurrency"),
-        (1, 2, "pool 1→2: 12 waiting / 5 per replica", "queue"),
-        (3, 2, "decode 3→2: KV usage 0.20 × 3 pods / 0.8", "kv"),
-        (1, 2, "prefill 1→2: prompt demand 0 tok/s / (0.75 × 8k) (bounds [2, 4])", "min"),
-        (9, 8, "decode 9→8: KV demand 0 tokens / (0.8 × 200k) (bounds [1, 8])", "max"),
+        (
+            1,
+            3,
+            "prefill 1→3: prompt demand 20k tok/s / (0.8 × 15k tok/s per replica)",
+            "demand",
+            "demand",
+        ),
+        (
+            1,
+            2,
+            "prefill 1→2: backlog 8k prompt tokens to drain in 15s at 10k tok/s",
+            "backlog",
+            "backlog",
+        ),
+        (2, 4, "prefill 2→4: TTFT 2.1s over target 1s", "latency", "latency"),
+        (2, 3, "decode 2→3: ITL 0.09s over target 0.05s (step limit 1)", "latency", "latency"),
+        (4, 6, "decode 4→6: KV demand 1.13M tokens / (0.8 × 280k per replica)", "kv", "kv"),
+        (
+            1,
+            3,
+            "decode 1→3: 9k tok/s / (0.9 × 4k tok/s per replica at batch 180 ...)",
+            "rate",
+            "rate",
+        ),
+        (1, 3, "decode 1→3: 40 sequences (10 waiting) / batch 16 within ITL", "queue", "queue"),
+        (1, 3, "decode 1→3: 4 sequences / (0.9 × batch 2)", "concurrency", "concurrency"),
+        (1, 2, "pool 1→2: 12 waiting / 5 per replica", "queue", "queue"),
+        (3, 2, "decode 3→2: KV usage 0.20 × 3 pods / 0.8", "kv", "kv"),
+        (
+            6,
+            5,
+            "prefill 6→5: prompt demand 0 (burst memory: 0.7 × recent peak 7.1)",
+            "burst",
+            "burst",
+        ),
+        (3, 2, "decode 3→2: a message from a baseline", "", "other"),
+        (1, 2, "prefill 1→2: prompt demand 0 tok/s / (0.8 × 8k) (bounds [2, 4])", "demand", "min"),
+        (9, 8, "decode 9→8: KV demand 0 tokens / (0.8 × 200k) (bounds [1, 8])", "kv", "max"),
         (
             1,
             2,
             "prefill 1→1: prompt demand 0; raised to 2 by prefill:decode ratio min 0.5",
+            "demand",
             "ratio",
         ),
-        (0, 1, "decode 0→1: the router has traffic", "traffic"),
-        (0, 2, "decode 0→2: min is 2", "min"),
-        (0, 0, "decode 0: no traffic", "idle"),
-        (2, 2, "decode 2: static policy", "static"),
+        (0, 1, "decode 0→1: the router has traffic", "", "traffic"),
+        (0, 2, "decode 0→2: min is 2", "", "min"),
+        (0, 0, "decode 0: no traffic", "", "idle"),
+        (2, 2, "decode 2: static policy", "", "static"),
         (
             3,
             3,
-            "prefill 3→3: prompt demand 0 tok/s / (0.75 × 2k) (panic mode holds scale-down)",
+            "prefill 3→3: prompt demand 0 tok/s / (0.8 × 2k) (panic mode holds scale-down)",
+            "demand",
             "panic",
         ),
         (
             3,
             3,
-            "prefill 3→3: prompt demand 0 tok/s / (0.75 × 2k) (held by the 300s window)",
+            "prefill 3→3: prompt demand 0 tok/s / (0.8 × 2k) (held by the 300s window)",
+            "demand",
             "window",
         ),
-        (3, 3, "prefill 3→3: prompt demand 0 (scale-down window 300s not yet covered)", "window"),
-        (2, 2, "decode 2→2: KV demand 90k tokens / (0.8 × 65k per replica)", "hold"),
+        (
+            3,
+            3,
+            "prefill 3→3: prompt demand 0 (scale-down window 300s not yet covered)",
+            "",
+            "window",
+        ),
+        (2, 2, "decode 2→2: KV demand 90k tokens / (0.8 × 65k per replica)", "kv", "hold"),
     ],
 )
-def test_reason_labels(current: int, desired: int, reason: str, label: str) -> None:
-    assert compute_reason_label(PoolDecision("x", current, desired, reason)) == label
+def test_reason_labels(current: int, desired: int, reason: str, driver: str, label: str) -> None:
+    decision = PoolDecision("x", current, desired, reason, driver=driver)
+    assert compute_reason_label(decision) == label
 
 
 def test_missing_metrics_is_its_own_label() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tandem.engine.model.calibration import Calibration
 from tandem.engine.server import build_server_config, create_app
 from tandem.engine.server.factory import SimOptions
 from tests.operator.helpers import DEPLOY, make_available
@@ -57,6 +58,17 @@ class SimPod:
             self.runner = None
 
 
+#: Decode engines whose step is mostly a fixed part (about 86 ms, plus 5 ms per
+#: sequence), so that the test's declared decode profile (a batch of 2 within a 100 ms
+#: ITL) describes them: one stream then needs one replica, four need more.
+DECODE_CALIBRATION = Calibration(
+    compute_efficiency=0.49,
+    memory_efficiency=0.85,
+    overhead_s_per_layer=0.080 / 32,
+    seq_overhead_s_per_layer=0.005 / 32,
+)
+
+
 async def start_engine(
     role: str, *, speedup: float, max_num_seqs: int, fault: Callable[[], bool] = lambda: False
 ) -> tuple[web.AppRunner, int]:
@@ -69,6 +81,7 @@ async def start_engine(
             num_gpu_blocks=4096,
             max_model_len=8192,
             max_num_seqs=max_num_seqs,
+            calibration=DECODE_CALIBRATION if role == "decode" else None,
             server={"speedup": speedup},
         )
     )

@@ -38,7 +38,8 @@ def autoscaled(
     prefill: dict[str, Any] | None = None,
     decode: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A sim-backend service with 1 s ticks, a short scale-down window and profiles."""
+    """A sim-backend service with 1 s ticks, a short scale-down window, no burst memory
+    (the pools come all the way down once the window passed) and profiles."""
     manifest = make_manifest(
         name,
         backend="sim",
@@ -47,9 +48,10 @@ def autoscaled(
             "interval": "1s",
             "scaleDownStabilization": window,
             "coldStart": "1s",
+            "burstMemory": "0s",
             "maxStep": {"up": 4, "down": 4},
         },
-        qos={"ttft": {"p90": "2s"}, "itl": {"p90": "200ms"}},
+        qos={"ttft": {"p90": "2s"}, "itl": {"p90": "100ms"}},
     )
     spec = manifest["spec"]
     spec["prefill"] |= {
@@ -220,10 +222,13 @@ async def test_decode_load_grows_only_decode_and_scale_down_spares_the_busy_pod(
     await eventually(lambda: k.fetch(DEPLOY, "default", "chat-decode"), what="the pools")
     async with PodFleet(k, api, "chat") as fleet:
         await eventually(lambda: condition(isvc(k, "chat"), "ScalingActive"), what="a tick")
-        # 4 live streams over 0.75 x a batch of 2 per replica: 3 replicas.
+        # 4 streams on one pod, 106 ms a step: 38 tok/s over 0.9 x (2 sequences per
+        # 100 ms) per replica: 2 or 3 replicas (by the p90/mean of the ITL).
         async with Load(lambda: fleet.urls("decode"), 64, 300, concurrency=4, stream=True):
-            await eventually(
-                lambda: fleet.replicas("decode") == 3, timeout_s=20, what="decode to grow"
+            grown = await eventually(
+                lambda: (fleet.replicas("decode") or 0) >= 2 and fleet.replicas("decode"),
+                timeout_s=20,
+                what="decode to grow",
             )
         assert scale_writes(k, "chat-prefill") == [], "prefill was resized without load"
 
@@ -241,7 +246,8 @@ async def test_decode_load_grows_only_decode_and_scale_down_spares_the_busy_pod(
             busy_cost = int(kept["metadata"]["annotations"][COST])
             assert busy_cost >= 10  # one running sequence weighs 10
             gone = [cost for name, cost in fleet.deleted if name.startswith("chat-decode")]
-            assert len(gone) == 2 and all(cost < busy_cost for cost in gone), fleet.deleted
+            assert len(gone) == grown - 1, fleet.deleted
+            assert all(cost < busy_cost for cost in gone), fleet.deleted
         assert fleet.replicas("prefill") == 1
         changes = len(scale_writes(k, "chat-decode"))
         await eventually(

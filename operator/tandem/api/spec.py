@@ -401,6 +401,15 @@ class AutoscalingSpec(Model):
     cold_start: Duration = Field(
         default=120.0, ge=0, le=3600, description="Expected time from scale-up to a ready pod."
     )
+    burst_memory: Duration = Field(
+        default=1800.0,
+        ge=0,
+        le=86400,
+        description="Half-life of the slo policy's memory of a pool's recent peak: through "
+        "quiet spells a pool keeps a share of it (0.8 latency, 0.7 balanced, 0.5 "
+        "throughput), so traffic that returns in bursts does not wait a cold start. "
+        "0s turns it off.",
+    )
 
 
 class MonitoringSpec(Model):

@@ -39,6 +39,8 @@ REASON_LABELS = (
     "kv",
     "concurrency",
     "queue",
+    "rate",
+    "burst",
     "ratio",
     "min",
     "max",
@@ -51,19 +53,6 @@ REASON_LABELS = (
     "hold",
     "other",
 )
-#: Phrases of :mod:`tandem.policy.sizing`'s reasons → the code of what drove the size.
-_DRIVERS = (
-    ("prompt demand ", "demand"),
-    ("backlog ", "backlog"),
-    ("TTFT ", "latency"),
-    ("ITL ", "latency"),
-    ("KV demand ", "kv"),
-    ("KV usage ", "kv"),
-    (" sequences / (", "concurrency"),
-    (" waiting / ", "queue"),
-)
-
-
 @dataclass(frozen=True)
 class Written:
     """A pool size this operator wrote through ``deployments/scale``, and the
@@ -198,13 +187,15 @@ def compute_reason_label(decision: PoolDecision) -> str:
     """A short code of why a pool has its size, for the ``reason`` metric label.
 
     Bounded (:data:`REASON_LABELS`): the free text, with its numbers, goes to status and
-    Events only. A change says what drove it (``demand``, ``backlog``, ``latency``,
-    ``kv``, ``concurrency``, ``queue``), or ``ratio``/``min``/``max``/``traffic`` when a
-    bound or the router's traffic forced it; a hold says why nothing moved (``metrics``,
-    ``static``, ``window``, ``panic``, ``idle``) or ``hold`` when the need matches.
+    Events only. A change says what drove it (the policy's
+    :attr:`~tandem.policy.types.PoolDecision.driver`: ``demand``, ``backlog``,
+    ``latency``, ``kv``, ``rate``, ``queue``, ``concurrency``, ``burst``), or
+    ``ratio``/``min``/``max``/``traffic`` when a bound or the router's traffic forced it;
+    a hold says why nothing moved (``metrics``, ``static``, ``window``, ``panic``,
+    ``idle``) or ``hold`` when the need matches.
 
-    >>> d = PoolDecision("decode", 4, 6, "decode 4→6: KV demand 1.13M tokens / (0.8 × 280k)")
-    >>> compute_reason_label(d)
+    >>> reason = "decode 4→6: KV demand 1.13M tokens / (0.8 × 280k)"
+    >>> compute_reason_label(PoolDecision("decode", 4, 6, reason, driver="kv"))
     'kv'
     """
     reason, direction = decision.reason, decision.direction
@@ -218,7 +209,7 @@ def compute_reason_label(decision: PoolDecision) -> str:
             return "traffic"
         if detail.startswith("min is "):
             return "min"
-        return _driver(detail)
+        return decision.driver or "other"
     if not decision.metrics_available:
         return "metrics"
     if detail.startswith("static policy"):
@@ -230,10 +221,3 @@ def compute_reason_label(decision: PoolDecision) -> str:
     if "window" in reason and "(" in reason:
         return "window"
     return "hold"
-
-
-def _driver(detail: str) -> str:
-    for phrase, code in _DRIVERS:
-        if phrase in detail:
-            return code
-    return "other"

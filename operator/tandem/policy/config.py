@@ -96,7 +96,8 @@ class PolicyConfig:
     panic_threshold: float = 2.0
     """Demand over current capacity that triggers panic mode (Knative's 200%)."""
     peak_half_life_s: float = 1800.0
-    """Half-life of the burst memory (:func:`~tandem.policy.stabilize.remember_peak`)."""
+    """Half-life of the burst memory (:func:`~tandem.policy.stabilize.remember_peak`);
+    0 turns it off."""
     panic_window_s: float = 60.0
     """How long panic mode holds scale-downs after the last panic tick."""
 
@@ -168,4 +169,5 @@ def compute_policy_config(isvc: InferenceService) -> PolicyConfig:
         ratio_min=ratio.min if ratio else None,
         ratio_max=ratio.max if ratio else None,
         cold_start_s=auto.cold_start,
+        peak_half_life_s=auto.burst_memory,
     )

@@ -44,9 +44,10 @@ def decide(
         sizing = _size(obs, pool_obs, cfg, config, pool_state)
         wanted = ceil_replicas(sizing.replicas)
         sized = sizing.state
-        memo = ""
+        memo, driver = "", sizing.driver
         if config.policy == "slo":
             wanted, sized, memo = remember_peak(wanted, obs.now_s, sized, cfg, config)
+            driver = "burst" if memo else driver
         desired, new_state, note = stabilize(
             current, wanted, sizing.panic, obs.now_s, sized, cfg, config
         )
@@ -57,7 +58,9 @@ def decide(
             new_state = replace(new_state, demand_level=None, learned_capacity=None)
         state = state.with_pool(role, new_state)
         reason = f"{role} {current}→{desired}: {sizing.reason}" + (f" ({note})" if note else "")
-        decisions[role] = PoolDecision(role, current, desired, reason, sizing.signals)
+        decisions[role] = PoolDecision(
+            role, current, desired, reason, sizing.signals, driver=driver
+        )
     decisions = _apply_ratio(decisions, config)
     return state, Decision(now_s=obs.now_s, pools=decisions)
 

@@ -62,6 +62,8 @@ class Sizing:
     replicas: float
     reason: str
     state: PoolState
+    driver: str = ""
+    """What set the size (a :data:`~tandem.policy.types.DRIVERS` code)."""
     signals: dict[str, float] = field(default_factory=dict)
     panic: bool = False
 
@@ -193,19 +195,21 @@ def size_prefill(
     )
     n_latency = _latency_floor(pool, ratio)
     n = max(n_demand, n_backlog, n_latency)
-    driver = max(
+    _, driver, reason = max(
         (
             n_demand,
+            "demand",
             f"prompt demand {human(forecast)} tok/s / ({utilization:.2g} × "
             f"{human(capacity)} tok/s per replica)",
         ),
         (
             n_backlog,
+            "backlog",
             f"backlog {human(backlog_tokens)} prompt tokens to drain in "
             f"{budget_s:g}s at {human(capacity)} tok/s per replica",
         ),
-        (n_latency, f"TTFT {measured or 0:.3g}s over target {target or 0:.3g}s"),
-    )[1]
+        (n_latency, "latency", f"TTFT {measured or 0:.3g}s over target {target or 0:.3g}s"),
+    )
     new_state = replace(
         state,
         demand_level=level,
@@ -217,7 +221,8 @@ def size_prefill(
     current_capacity = max(pool.ready, 1) * capacity
     return Sizing(
         replicas=n,
-        reason=driver,
+        reason=reason,
+        driver=driver,
         state=new_state,
         signals={
             "demand": forecast,
@@ -274,6 +279,7 @@ def size_decode(
     level, trend = compute_holt(state, demand, obs.now_s)
     forecast = compute_forecast(level, trend, config)
     growth = forecast / demand if demand > 0 else 1.0
+    rate_driver = "rate" if itl_s else "concurrency"
     if itl_s:
         # A replica at max_batch generates max_batch tokens per step, and its mean
         # step is the target over the tail (the target's percentile over the mean).
@@ -294,24 +300,27 @@ def size_decode(
     n_queue = concurrency / max_batch if pool.waiting_requests >= 1 else 0.0
     n_latency = _latency_floor(pool, ratio)
     n = max(n_kv, n_rate, n_queue, n_latency)
-    driver = max(
+    _, driver, reason = max(
         (
             n_kv,
+            "kv",
             f"KV demand {human(kv_demand * growth)} tokens / ({config.kv_usage_target:g} × "
             f"{human(kv_cap)} per replica)",
         ),
-        (n_rate, rate_reason),
+        (n_rate, rate_driver, rate_reason),
         (
             n_queue,
+            "queue",
             f"{human(concurrency)} sequences ({human(pool.waiting_requests)} waiting) / batch "
             f"{human(max_batch)} within ITL",
         ),
-        (n_latency, f"ITL {measured or 0:.3g}s over target {target or 0:.3g}s"),
-    )[1]
+        (n_latency, "latency", f"ITL {measured or 0:.3g}s over target {target or 0:.3g}s"),
+    )
     capacity_seqs = max(pool.ready, 1) * max_batch
     return Sizing(
         replicas=n,
-        reason=driver,
+        reason=reason,
+        driver=driver,
         state=replace(
             state,
             demand_level=level,
@@ -348,6 +357,7 @@ def size_queue(pool: PoolObservation, config: PolicyConfig) -> Sizing:
     return Sizing(
         replicas=n,
         reason=reason,
+        driver="queue" if n_wait >= n_kv else "kv",
         state=PoolState(),
         signals={"demand": pool.waiting_requests, "utilization": pool.kv_usage},
     )

@@ -77,12 +77,14 @@ def remember_peak(
     """
     wanted = min(max(wanted, cfg.min_replicas), cfg.max_replicas)
     share = config.peak_share
+    if config.peak_half_life_s <= 0 or share <= 0:
+        return wanted, replace(state, peak_need=None, peak_time_s=None), ""
     peak = state.peak_need
     if peak is not None and state.peak_time_s is not None:
         peak *= 0.5 ** (max(now_s - state.peak_time_s, 0.0) / config.peak_half_life_s)
     peak = float(wanted) if peak is None else max(peak, float(wanted))
     state = replace(state, peak_need=peak, peak_time_s=now_s)
-    floor = math.ceil(share * peak - 1e-6) if share > 0 else 0
+    floor = math.ceil(share * peak - 1e-6)
     if floor > wanted:
         return floor, state, f"burst memory: {share:g} × recent peak {peak:.1f}"
     return wanted, state, ""

@@ -8,6 +8,12 @@ from typing import Literal
 
 Direction = Literal["up", "down", "hold"]
 
+#: What can set a pool's size, as :attr:`PoolDecision.driver` names it: prompt demand,
+#: a prefill backlog, measured latency over target, decode KV demand, decode output
+#: rate, queued decode sequences, decode concurrency (no ITL target), or the burst
+#: memory's floor.
+DRIVERS = ("demand", "backlog", "latency", "kv", "rate", "queue", "concurrency", "burst")
+
 
 @dataclass(frozen=True)
 class PoolDecision:
@@ -21,6 +27,9 @@ class PoolDecision:
     signals: Mapping[str, float] = field(default_factory=dict)
     """The signals used (demand, capacity, utilization, measured and target latency)."""
     metrics_available: bool = True
+    driver: str = ""
+    """What set the size (one of :data:`DRIVERS`); empty when the pool was held without
+    sizing (missing metrics, static policy, no traffic) or by a baseline."""
 
     @property
     def direction(self) -> Direction:

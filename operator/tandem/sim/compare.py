@@ -5,8 +5,8 @@ Policies by name (:data:`POLICIES`), each a run of its own on the same arrivals:
 * ``tandem`` — Tandem's policy (``autoscaling.policy`` of the spec, ``slo`` by
   default), through :class:`~tandem.policy.baselines.TandemAutoscaler`;
 * ``static`` — the disaggregated fleet fixed, per pool, at the busiest window's need
-  (the oracle's, before rounding) over the service's target utilization
-  (``qos.objective``: 0.75 for ``balanced``), as one provisions for the peak;
+  (the oracle's, before rounding) over a provisioning headroom
+  (:data:`STATIC_UTILIZATION`: 0.75 for ``balanced``), as one provisions for the peak;
 * ``hpa``, ``keda``, ``kpa``, ``llm-d``, ``dynamo`` — the baselines of
   :mod:`tandem.policy.baselines` with their published defaults (Dynamo's profile is
   measured on the engine model, :mod:`tandem.sim.profile`);
@@ -167,9 +167,15 @@ def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
     raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")
 
 
+#: Share of the peak window's need a static fleet is provisioned to run at, by
+#: ``qos.objective``: the usual headroom for provisioning by hand, kept apart from what
+#: Tandem's policy plans so that tuning the policy never moves this baseline.
+STATIC_UTILIZATION = {"latency": 0.6, "balanced": 0.75, "throughput": 0.9}
+
+
 def static_replicas(scenario: Scenario) -> dict[str, int]:
-    """Per pool, the peak window's need over the target utilization (within bounds)."""
-    utilization = build_policy_config(scenario.isvc, scenario.plan).utilization
+    """Per pool, the peak window's need over the static utilization (within bounds)."""
+    utilization = STATIC_UTILIZATION[scenario.isvc.spec.qos.objective]
     out: dict[str, int] = {}
     for role, pool in scenario.plan.pools.items():
         peak = max(scenario.oracle.pools[role].need, default=0.0)
