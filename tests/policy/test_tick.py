@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tandem.observe.types import PodObservation
@@ -61,3 +62,36 @@ def test_deletion_cost_prefers_the_least_loaded_pods() -> None:
     }
     costs = compute_deletion_costs(make_pool("decode", 3, pods=pods))
     assert sorted(costs, key=costs.__getitem__) == ["c", "b", "a"]
+
+
+def test_pods_still_starting_are_not_missing_metrics() -> None:
+    starting = make_pool("decode", 3, ready=0, scraped=0)
+    tick = compute_tick(None, make_obs(0, prefill_load(2, 1_000), starting), make_config(), NOW)
+    decode = tick.decision.pools["decode"]
+    assert decode.desired == 3 and decode.metrics_available
+    assert "3 pod(s) starting, none ready yet" in decode.reason
+    cond = next(c for c in tick.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert cond["status"] == "True"
+
+
+def test_scaling_is_inactive_while_no_pool_has_metrics() -> None:
+    broken = {"d-0": "HTTP 500"}
+    obs = make_obs(
+        0,
+        make_pool("prefill", 2, scraped=0, failed={"p-0": "timeout"}),
+        make_pool("decode", 2, scraped=0, failed=broken),
+    )
+    tick = compute_tick(None, obs, make_config(), NOW)
+    active = next(c for c in tick.status["conditions"] if c["type"] == "ScalingActive")
+    assert active["status"] == "False" and active["reason"] == "MetricsMissing"
+    static = compute_tick(None, obs, make_config(policy="static"), NOW)
+    active = next(c for c in static.status["conditions"] if c["type"] == "ScalingActive")
+    assert active["reason"] == "StaticPolicy"
+
+
+def test_a_router_that_did_not_answer_is_said_even_when_the_engines_did() -> None:
+    obs = make_obs(0, prefill_load(2, 1_000), decode_load(2, 10, 0.1))
+    obs = replace(obs, errors=("router pod r-0: HTTP 503 from http://r-0/metrics",))
+    tick = compute_tick(None, obs, make_config(), NOW)
+    cond = next(c for c in tick.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert cond["status"] == "True" and "router pod r-0: HTTP 503" in cond["message"]

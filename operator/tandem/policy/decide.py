@@ -108,6 +108,10 @@ def _from_zero_or_hold(obs: Observation, pool: PoolObservation, cfg: PoolConfig)
         return PoolDecision(pool.role, 0, desired, f"{pool.role} 0→{desired}: {why}")
     if pool.replicas == 0:
         return _hold(pool.role, 0, f"{pool.role} 0: no traffic", True)
+    if pool.ready == 0 and not pool.failed:
+        # Nothing to read yet is not missing metrics: loading weights takes minutes.
+        why = f"{pool.replicas} pod(s) starting, none ready yet"
+        return _hold(pool.role, pool.replicas, f"{pool.role} {pool.replicas}: holding, {why}", True)
     if pool.failed:
         detail = "; ".join(f"pod {pod}: {err}" for pod, err in sorted(pool.failed.items()))
     else:

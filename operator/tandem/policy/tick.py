@@ -58,13 +58,7 @@ def compute_tick(
         "pools": pools,
         "autoscaler": state.to_dict(),
         "conditions": [
-            _condition(
-                "ScalingActive",
-                config.policy != "static",
-                "Autoscaling" if config.policy != "static" else "StaticPolicy",
-                f"policy {config.policy}; " + "; ".join(p.reason for p in decision.pools.values()),
-                now_iso,
-            ),
+            _scaling_condition(decision, config, now_iso),
             _metrics_condition(decision, obs, now_iso),
         ],
     }
@@ -82,10 +76,24 @@ def _condition(type_: str, ok: bool, reason: str, message: str, now_iso: str) ->
     }
 
 
+def _scaling_condition(decision: Decision, config: PolicyConfig, now_iso: str) -> dict[str, Any]:
+    """``ScalingActive``: False for the static policy, and (as the HPA says it) when no
+    pool could be sized this tick because its metrics are missing."""
+    message = f"policy {config.policy}; " + "; ".join(p.reason for p in decision.pools.values())
+    if config.policy == "static":
+        return _condition("ScalingActive", False, "StaticPolicy", message, now_iso)
+    if decision.pools and not any(p.metrics_available for p in decision.pools.values()):
+        return _condition("ScalingActive", False, "MetricsMissing", message, now_iso)
+    return _condition("ScalingActive", True, "Autoscaling", message, now_iso)
+
+
 def _metrics_condition(decision: Decision, obs: Observation, now_iso: str) -> dict[str, Any]:
     missing = [p.reason for p in decision.pools.values() if not p.metrics_available]
     if not missing:
-        return _condition("MetricsAvailable", True, "Scraped", "every ready pod answered", now_iso)
+        message = "every ready pod answered"
+        if obs.errors:  # the router's latency is missing: the engines' own stands in
+            message = "every ready engine pod answered; " + "; ".join(obs.errors)
+        return _condition("MetricsAvailable", True, "Scraped", message, now_iso)
     detail = "; ".join([*missing, *obs.errors, *(f"no data: {q}" for q in obs.empty_queries)])
     return _condition("MetricsAvailable", False, "MetricsMissing", detail, now_iso)
 
