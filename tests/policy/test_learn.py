@@ -13,6 +13,7 @@ from tandem.policy.learn import (
     CAPACITY_HALF_LIFE_S,
     StepFit,
     compute_batch_at_itl,
+    compute_window_batch,
     learn_prefill_capacity,
     learn_step_fit,
 )
@@ -84,7 +85,7 @@ def test_batch_at_itl_from_the_line_and_the_tail() -> None:
     fit = fitted([(b, 0.005 + 0.0002 * b) for b in (20.0, 60.0, 100.0)], tail=1.1)
     batch, proven = compute_batch_at_itl(fit, None, 0.05, 100.0, 0.5, 15.0)
     assert batch == pytest.approx((0.05 / 1.1 - 0.005) / 0.0002)
-    assert proven == pytest.approx(200.0)  # 100 sequences at half the target
+    assert proven == pytest.approx(100.0)  # 100 sequences met the target
 
 
 def test_batch_at_itl_never_below_what_was_shown_nor_above_a_window_over_target() -> None:
@@ -102,11 +103,17 @@ def test_batch_at_itl_is_unknown_before_any_measurement() -> None:
 
 
 def test_step_fit_skips_windows_with_tiny_batches_or_no_itl() -> None:
-    few = make_pool("decode", 4, running_requests=4.0)
-    assert learn_step_fit(StepFit(), few, 0.01, 0.012, 15.0) == StepFit()
-    busy = make_pool("decode", 2, running_requests=100.0)
-    assert learn_step_fit(StepFit(), busy, None, None, 15.0) == StepFit()
-    assert learn_step_fit(StepFit(), busy, 0.02, 0.024, 15.0).weight == 1.0
+    assert learn_step_fit(StepFit(), 1.0, 0.01, 0.012, 15.0) == StepFit()
+    assert learn_step_fit(StepFit(), 50.0, None, None, 15.0) == StepFit()
+    assert learn_step_fit(StepFit(), 50.0, 0.02, 0.024, 15.0).weight == 1.0
+
+
+def test_window_batch_is_tokens_per_second_times_the_mean_itl() -> None:
+    # 3 replicas generating 9,000 tok/s at 40 ms a token: 360 sequences running, 120
+    # each, whatever the running gauge read at the instant of the scrape.
+    pool = make_pool("decode", 3, generation_tokens_per_s=9000.0, running_requests=600.0)
+    assert compute_window_batch(pool, 0.04) == pytest.approx(120.0)
+    assert compute_window_batch(pool, None) == pytest.approx(200.0)  # only the gauge
 
 
 @given(st.sampled_from([500, 1000, 2000]), st.sampled_from([0.03, 0.05, 0.08]))

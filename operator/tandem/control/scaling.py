@@ -53,6 +53,8 @@ REASON_LABELS = (
     "hold",
     "other",
 )
+
+
 @dataclass(frozen=True)
 class Written:
     """A pool size this operator wrote through ``deployments/scale``, and the

@@ -137,15 +137,32 @@ class StepFit:
             return cls()
 
 
+def compute_window_batch(pool: PoolObservation, itl_mean_s: float | None) -> float:
+    """Sequences per ready replica, averaged over the window: by Little's law the
+    sequences running are the tokens generated per second times the seconds each token
+    took. The ``running`` gauge is one instant of the window, and a line fitted through
+    instants against the window's mean ITL, or the largest of them, errs with the noise.
+
+    >>> pool = PoolObservation("decode", 3, 3, 3, generation_tokens_per_s=9000.0)
+    >>> compute_window_batch(pool, 0.04)
+    120.0
+    """
+    if pool.ready <= 0:
+        return 0.0
+    if itl_mean_s is None or itl_mean_s <= 0 or pool.generation_tokens_per_s <= 0:
+        return pool.running_requests / pool.ready
+    return pool.generation_tokens_per_s * itl_mean_s / pool.ready
+
+
 def learn_step_fit(
     fit: StepFit,
-    pool: PoolObservation,
+    batch: float,
     itl_mean_s: float | None,
     itl_at_percentile_s: float | None,
     window_s: float,
 ) -> StepFit:
-    """``fit`` after this window, when it carried a useful sample of the step time."""
-    batch = pool.running_requests / pool.ready if pool.ready else 0.0
+    """``fit`` after a window of ``batch`` sequences per replica (window average), when it
+    carried a useful sample of the step time."""
     if batch < MIN_LEARN_BATCH or itl_mean_s is None or itl_mean_s <= 0:
         return fit
     tail = itl_at_percentile_s / itl_mean_s if itl_at_percentile_s else 1.0
@@ -164,24 +181,25 @@ def compute_batch_at_itl(
     ``itl_target_s``, the new proven lower bound of it); ``None`` before anything was
     measured.
 
-    Three pieces of evidence, from weakest to strongest:
+    Three pieces of evidence:
 
     * the fitted line, when the batches seen spread enough:
       ``(target / tail - fixed) / per_seq``. Worked example: fixed 5 ms, 0.2 ms per
       sequence, p90 ITL 1.1 × the mean, 50 ms p90 target: (45.5 - 5) / 0.2 = 202;
-    * this window's batch scaled by target / measured (``batch_now / itl_ratio``). It
-      assumes no fixed part of the step, so it errs low while the ITL is within target:
-      then it is a lower bound, and the highest such bound (slowly forgotten) is
-      ``proven``, below which no estimate goes;
-    * while the ITL is over target, the same value errs high: an upper bound that caps
-      the estimate (and the proven bound) at once.
+    * ``proven``: the largest batch per replica seen with its ITL within target (slowly
+      forgotten), below which no estimate goes, however a line fitted through noisy
+      windows extrapolates;
+    * while the ITL is over target, this window's batch scaled by target / measured
+      (``batch_now / itl_ratio``): with a fixed part in the step it errs high, so it is
+      an upper bound that caps the estimate (and the proven batch) at once. Without a
+      line it is also the estimate.
     """
     if proven is not None:
         proven *= compute_decay(window_s)
-    scaled = batch_now / itl_ratio if itl_ratio and batch_now >= MIN_LEARN_BATCH else None
     over = itl_ratio is not None and itl_ratio > 1.0
-    if scaled is not None and not over:
-        proven = scaled if proven is None else max(proven, scaled)
+    if itl_ratio is not None and not over and batch_now >= MIN_LEARN_BATCH:
+        proven = batch_now if proven is None else max(proven, batch_now)
+    scaled = batch_now / itl_ratio if itl_ratio and batch_now >= MIN_LEARN_BATCH else None
     line = fit.line()
     estimate = scaled if line is None else None
     if line is not None:

@@ -41,6 +41,7 @@ from tandem.policy.fmt import human
 from tandem.policy.learn import (
     StepFit,
     compute_batch_at_itl,
+    compute_window_batch,
     learn_prefill_capacity,
     learn_step_fit,
 )
@@ -73,7 +74,7 @@ def compute_holt(state: PoolState, demand: float, now_s: float) -> tuple[float, 
 
     >>> s = PoolState(demand_level=100.0, demand_trend_per_s=0.0, demand_time_s=0.0)
     >>> compute_holt(s, 200.0, 10.0)
-    (150.0, 1.5)
+    (150.0, 0.1)
     """
     if state.demand_level is None or state.demand_time_s is None:
         return demand, 0.0
@@ -265,8 +266,8 @@ def size_decode(
         obs, pool, config.targets, dict(config.class_targets), "itl"
     )
     itl_s = target or config.targets.itl_s
-    fit = learn_step_fit(StepFit.from_list(state.step_fit), pool, mean, measured, obs.window_s)
-    batch_now = pool.running_requests / pool.ready if pool.ready else 0.0
+    batch_now = compute_window_batch(pool, mean)
+    fit = learn_step_fit(StepFit.from_list(state.step_fit), batch_now, mean, measured, obs.window_s)
     batch, proven = (
         compute_batch_at_itl(fit, state.proven_batch, itl_s, batch_now, ratio, obs.window_s)
         if itl_s

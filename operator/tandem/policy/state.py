@@ -33,8 +33,8 @@ class PoolState:
     learned_batch: float | None = None
     """Learned largest decode batch per replica whose ITL meets the target."""
     proven_batch: float | None = None
-    """Highest decode batch per replica shown to meet the ITL target (a lower bound of
-    ``learned_batch``, slowly forgotten)."""
+    """Largest decode batch per replica seen with its ITL within target (a lower bound
+    of ``learned_batch``, slowly forgotten)."""
     step_fit: tuple[float, ...] | None = None
     """Weighted sums of the decode step-time line (:class:`~tandem.policy.learn.StepFit`)."""
     peak_need: float | None = None

@@ -36,6 +36,7 @@ from tandem.policy.baselines import (
     TandemAutoscaler,
 )
 from tandem.sim.driver import AutoscalerDriver
+from tandem.sim.foresight import OracleSchedule
 from tandem.sim.oracle import DEFAULT_WINDOW_S, Oracle, compute_oracle
 from tandem.sim.profile import EngineProfile
 from tandem.sim.results import RunResult, summarize
@@ -135,12 +136,25 @@ def build_scenario(
     )
 
 
+#: Not a policy anyone can run: the oracle's own schedule, followed with its perfect
+#: knowledge of the trace (:mod:`tandem.sim.foresight`), to see what it achieves.
+ORACLE_SCHEDULE = "oracle-schedule"
+
+
 def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
     """The autoscaler a policy name stands for (``None``: the fleet keeps its size)."""
     if name in ("static", "aggregated"):
         return None
     config = build_policy_config(scenario.isvc, scenario.plan)
     pools = config.pools
+    if name == ORACLE_SCHEDULE:
+        return OracleSchedule(
+            scenario.oracle,
+            dict(pools),
+            config.interval_s,
+            scenario.plan.cold_start_s,
+            scenario.warmup_s,
+        )
     if name == "tandem":
         return TandemAutoscaler(config)
     if name == "hpa":
