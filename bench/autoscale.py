@@ -5,8 +5,10 @@ needs at least 8 GPUs at peak, with TTFT p90 <= 1 s and ITL p90 <= 50 ms on
 Llama-3.1-8B / H100 (cold start 120 s): one row per policy with SLO attainment,
 GPU-hours, GPU-hours / oracle and GPU-hours / each baseline; then whether Tandem's
 policy meets its goal (attainment >= 99 %, GPU-hours <= 1.15 x oracle, fewer GPU-hours
-than every baseline reaching 99 %), and the simulator's speed (simulated seconds per
-CPU second, one core, one policy).
+than every baseline reaching 99 %), what the oracle's own per-window schedule achieves
+when the simulated fleet follows it with perfect foresight (how far the bound is from
+a fleet that meets the targets), and the simulator's speed (simulated seconds per CPU
+second, one core, one policy).
 
     python bench/autoscale.py            # the full hour of each trace
     python bench/autoscale.py --quick    # the first 15 minutes
@@ -26,7 +28,7 @@ from typing import Any
 
 from tandem.api import InferenceService
 from tandem.api.validate import load_inference_service
-from tandem.sim.compare import POLICIES, Scenario, build_scenario, run_policy
+from tandem.sim.compare import ORACLE_SCHEDULE, POLICIES, Scenario, build_scenario, run_policy
 from tandem.sim.oracle import compute_oracle
 from tandem.sim.results import RunResult
 from tandem.sim.spec import build_fleet_plan
@@ -107,14 +109,16 @@ def run_trace(
     scenario = build_scenario(isvc, requests, seed=seed, warmup_s=warmup_s)
     oracle = scenario.oracle
     runs: dict[str, Run] = {}
+    names = [*POLICIES, ORACLE_SCHEDULE]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            futures = {name: pool.submit(_run_one, name, scenario) for name in POLICIES}
+            futures = {name: pool.submit(_run_one, name, scenario) for name in names}
             runs = {name: f.result() for name, f in futures.items()}
     else:
-        for name in POLICIES:
+        for name in names:
             runs[name] = _run_one(name, scenario)
             print(f"  ran {name} ({runs[name].cpu_s:.0f} s CPU)", file=sys.stderr, flush=True)
+    foresight = runs.pop(ORACLE_SCHEDULE).result
     span = trace_span_s(requests)
     print(
         f"\n== {label}: {path.name}, {span / 60:.0f} min, rate x{scale:g} "
@@ -134,6 +138,11 @@ def run_trace(
         print(row)
     goal = check_goal(runs, oracle.gpu_hours)
     print(goal["line"])
+    print(
+        f"the oracle's own schedule, replayed with perfect foresight: attainment "
+        f"{foresight.attainment * 100:.2f}% at {foresight.gpu_hours:.2f} GPU-h "
+        f"({foresight.gpu_hours / oracle.gpu_hours:.2f}x oracle)"
+    )
     for name, run in runs.items():
         speed = (span + scenario.warmup_s) / run.cpu_s if run.cpu_s > 0 else float("inf")
         print(
@@ -147,6 +156,12 @@ def run_trace(
         "span_s": span,
         "oracle_gpu_hours": oracle.gpu_hours,
         "goal": {k: v for k, v in goal.items() if k != "line"},
+        "oracle_schedule": {
+            "attainment": foresight.attainment,
+            "gpu_hours": foresight.gpu_hours,
+            "ttft_p90_s": foresight.ttft_p90_s,
+            "itl_p90_s": foresight.itl_p90_s,
+        },
         "policies": {
             name: {
                 "attainment": run.result.attainment,
