@@ -46,16 +46,14 @@ from tandem.control.scaling import (
     compute_prometheus_window_s,
     compute_router_targets,
 )
+from tandem.control.statuswrite import write_status
 from tandem.control.ticker import TickContext
 from tandem.kube import (
-    INFERENCE_SERVICE,
     POD,
     KubeError,
-    fetch_object,
     fetch_objects,
     patch_annotations,
     patch_scale,
-    patch_status,
 )
 from tandem.observe.prometheus import PrometheusSource
 from tandem.observe.promql import PromTarget
@@ -262,34 +260,16 @@ class Autoscaler:
     async def _write_status(self, body: Mapping[str, Any], tick: Tick, now: str) -> None:
         """Patch ``.status`` conditional on the version read; on a conflict, re-read and
         merge the conditions into the fresh list (the reconciler owns the others)."""
-        meta = body["metadata"]
-        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
-        current: Mapping[str, Any] = body
-        for attempt in range(3):
-            patch = compute_autoscaler_status_patch(
-                current.get("status"), tick.status, generation=generation, now=now
+        generation = body["metadata"].get("generation")
+
+        def compute(current: Mapping[str, Any]) -> dict[str, Any]:
+            status = current.get("status")
+            return compute_autoscaler_status_patch(
+                status, tick.status, generation=generation, now=now
             )
-            try:
-                stored = await patch_status(
-                    self.runtime.client,
-                    namespace,
-                    name,
-                    patch,
-                    resource_version=current["metadata"]["resourceVersion"],
-                )
-            except KubeError as err:
-                if err.not_found:
-                    return
-                if not err.conflict or attempt == 2:
-                    raise
-                fresh = await fetch_object(self.runtime.client, INFERENCE_SERVICE, namespace, name)
-                if fresh is None:
-                    return
-                self.runtime.services.observe(fresh)
-                current = fresh
-                continue
-            self.runtime.services.observe(stored, written=True)
-            return
+
+        runtime = self.runtime
+        await write_status(runtime.client, runtime.services, body, compute, attempts=3)
 
 
 def _role(pod: Mapping[str, Any]) -> str | None:

@@ -37,15 +37,13 @@ from tandem.control.conditions import (
 from tandem.control.events import EventRecorder
 from tandem.control.logs import object_logger
 from tandem.control.metrics import OperatorMetrics
+from tandem.control.statuswrite import write_status
 from tandem.kube import (
-    INFERENCE_SERVICE,
     KubeClient,
     KubeError,
     NotOurs,
     apply_object,
     delete_object,
-    fetch_object,
-    patch_status,
 )
 from tandem.kube.semantic import applied_record
 
@@ -236,34 +234,11 @@ class Reconciler:
     async def _write_status(self, body: Mapping[str, Any], desired: DesiredStatus) -> None:
         """Patch ``.status`` if it differs, conditional on the version it was computed
         from; on a conflict, re-read once and recompute."""
-        meta = body["metadata"]
-        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
-        current: Mapping[str, Any] = body
-        for attempt in range(2):
-            patch = compute_status_patch(
-                current.get("status"), desired, generation=generation, now=self._now()
-            )
-            if patch is None:
-                return
-            try:
-                stored = await patch_status(
-                    self.client,
-                    namespace,
-                    name,
-                    patch,
-                    resource_version=current["metadata"]["resourceVersion"],
-                )
-            except KubeError as err:
-                if err.not_found:
-                    return
-                if not err.conflict or attempt:
-                    raise
-                fresh = await fetch_object(self.client, INFERENCE_SERVICE, namespace, name)
-                if fresh is None:
-                    return
-                self.services.observe(fresh)
-                current = fresh
-                continue
-            self.services.observe(stored, written=True)
+        generation = body["metadata"].get("generation")
+
+        def compute(current: Mapping[str, Any]) -> dict[str, Any] | None:
+            status = current.get("status")
+            return compute_status_patch(status, desired, generation=generation, now=self._now())
+
+        if await write_status(self.client, self.services, body, compute, attempts=2) is not None:
             self.metrics.status_writes.inc()
-            return
