@@ -244,7 +244,8 @@ def size_decode(
     config: PolicyConfig,
     state: PoolState,
 ) -> Sizing:
-    """Decode replicas needed for KV demand, concurrency and ITL."""
+    """Decode replicas needed for the output rate at the ITL target, KV demand, queued
+    sequences and measured ITL."""
     kv_cap = (
         cfg.kv_token_capacity
         or pool.kv_capacity_tokens
@@ -279,7 +280,9 @@ def size_decode(
     demand = pool.generation_tokens_per_s
     level, trend = compute_holt(state, demand, obs.now_s)
     forecast = compute_forecast(level, trend, config)
-    growth = forecast / demand if demand > 0 else 1.0
+    # A rising trend scales the snapshot signals (KV in use, sequences) too; a level still
+    # below a sudden jump never shrinks them.
+    growth = max(forecast / demand, 1.0) if demand > 0 else 1.0
     rate_driver = "rate" if itl_s else "concurrency"
     if itl_s:
         # A replica at max_batch generates max_batch tokens per step, and its mean
