@@ -136,9 +136,10 @@ def build_mean(metric: str, matchers: str, by: Iterable[str], window: str) -> st
     """Mean observation of a histogram over the window: rate of its sum over rate of its
     count (NaN, so no value, when nothing was observed)."""
     group = ", ".join(by)
-    total = f"sum by ({group}) (rate({build_selector(metric + '_sum', matchers)}[{window}]))"
-    count = f"sum by ({group}) (rate({build_selector(metric + '_count', matchers)}[{window}]))"
-    return f"{total} / {count}"
+    total = "sum" if not group else f"sum by ({group})"
+    sums = f"{total} (rate({build_selector(metric + '_sum', matchers)}[{window}]))"
+    counts = f"{total} (rate({build_selector(metric + '_count', matchers)}[{window}]))"
+    return f"{sums} / {counts}"
 
 
 def build_pool_queries(
