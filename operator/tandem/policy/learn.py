@@ -201,8 +201,9 @@ def compute_batch_at_itl(
         proven = batch_now if proven is None else max(proven, batch_now)
     scaled = batch_now / itl_ratio if itl_ratio and batch_now >= MIN_LEARN_BATCH else None
     line = fit.line()
-    estimate = scaled if line is None else None
-    if line is not None:
+    if line is None:
+        estimate = scaled
+    else:
         fixed, per_seq = line
         estimate = max((itl_target_s / fit.tail_ratio - fixed) / per_seq, 1.0)
     if proven is not None:

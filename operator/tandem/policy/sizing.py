@@ -50,8 +50,6 @@ from tandem.policy.state import PoolState
 #: Holt smoothing factors for the demand level and its trend (per tick).
 LEVEL_ALPHA = 0.5
 TREND_BETA = 0.02
-#: Ticks over which the backlog of waiting prompts should be drained.
-DRAIN_TICKS = 1.0
 #: The most a latency correction multiplies the ready replicas by in one tick.
 MAX_LATENCY_CORRECTION = 2.0
 
@@ -187,7 +185,7 @@ def size_prefill(
     forecast = compute_forecast(level, trend, config)
     # Waiting prompts are drained within a tick (or the TTFT budget, if longer): sooner
     # would ask for pods that could not be ready before the queue is gone anyway.
-    budget_s = max((config.targets.ttft_s or 1.0) * 0.5, config.interval_s * DRAIN_TICKS)
+    budget_s = max((config.targets.ttft_s or 1.0) * 0.5, config.interval_s)
     utilization = config.utilization
     n_demand = forecast / (capacity * utilization)
     n_backlog = (demand + backlog_tokens / budget_s) / capacity

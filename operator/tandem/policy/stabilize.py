@@ -15,6 +15,7 @@ import math
 from dataclasses import replace
 
 from tandem.policy.config import PolicyConfig, PoolConfig
+from tandem.policy.learn import compute_decay
 from tandem.policy.state import PoolState
 
 
@@ -81,7 +82,7 @@ def remember_peak(
         return wanted, replace(state, peak_need=None, peak_time_s=None), ""
     peak = state.peak_need
     if peak is not None and state.peak_time_s is not None:
-        peak *= 0.5 ** (max(now_s - state.peak_time_s, 0.0) / config.peak_half_life_s)
+        peak *= compute_decay(now_s - state.peak_time_s, config.peak_half_life_s)
     peak = float(wanted) if peak is None else max(peak, float(wanted))
     state = replace(state, peak_need=peak, peak_time_s=now_s)
     floor = math.ceil(share * peak - 1e-6)

@@ -27,7 +27,7 @@ class PoolState:
     demand_time_s: float | None = None
     """When the demand was last smoothed."""
     learned_capacity: float | None = None
-    """Learned per-replica capacity: prefill tokens/s, or decode KV tokens."""
+    """Learned prompt tokens/s one prefill replica sustains."""
     backlog_tokens: float | None = None
     """Prompt tokens waiting at the last tick (prefill), to tell how fast it grows."""
     learned_batch: float | None = None
