@@ -95,6 +95,11 @@ async def test_service_is_ready_once_its_deployments_are_available(
         lambda: (c := condition(isvc(k, "chat"), "PrefillReady")) and c["status"] == "True" and c
     )
     assert prefill["reason"] == "DeploymentAvailable"
+    # The two Deployments' events may land in separate reconciles: wait for both.
+    await eventually(
+        lambda: (c := condition(isvc(k, "chat"), "DecodeReady")) and c["status"] == "True",
+        what="DecodeReady",
+    )
     assert condition(isvc(k, "chat"), "Ready")["reason"] == "RouterNotReady"  # type: ignore[index]
     make_available(k, "chat-router")
     ready = await eventually(
