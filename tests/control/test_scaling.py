@@ -22,7 +22,7 @@ from tandem.control.scaling import (
 )
 from tandem.policy import PolicyState, decide
 from tandem.policy.tick import compute_tick
-from tandem.policy.types import PoolDecision
+from tandem.policy.types import CAUSES, DRIVERS, PoolDecision
 from tests.factories import make_manifest
 from tests.policy.factories import decode_load, make_config, make_obs, make_pool, prefill_load
 
@@ -157,83 +157,19 @@ def test_the_reconciler_keeps_the_autoscalers_conditions_and_pool_fields() -> No
 
 
 @pytest.mark.parametrize(
-    ("current", "desired", "reason", "driver", "label"),
+    ("current", "desired", "driver", "cause", "label"),
     [
-        (
-            1,
-            3,
-            "prefill 1→3: prompt demand 20k tok/s / (0.8 × 15k tok/s per replica)",
-            "demand",
-            "demand",
-        ),
-        (
-            1,
-            2,
-            "prefill 1→2: backlog 8k prompt tokens to drain in 15s at 10k tok/s",
-            "backlog",
-            "backlog",
-        ),
-        (2, 4, "prefill 2→4: TTFT 2.1s over target 1s", "latency", "latency"),
-        (2, 3, "decode 2→3: ITL 0.09s over target 0.05s (step limit 1)", "latency", "latency"),
-        (4, 6, "decode 4→6: KV demand 1.13M tokens / (0.8 × 280k per replica)", "kv", "kv"),
-        (
-            1,
-            3,
-            "decode 1→3: 9k tok/s / (0.9 × 4k tok/s per replica at batch 180 ...)",
-            "rate",
-            "rate",
-        ),
-        (1, 3, "decode 1→3: 40 sequences (10 waiting) / batch 16 within ITL", "queue", "queue"),
-        (1, 3, "decode 1→3: 4 sequences / (0.9 × batch 2)", "concurrency", "concurrency"),
-        (1, 2, "pool 1→2: 12 waiting / 5 per replica", "queue", "queue"),
-        (3, 2, "decode 3→2: KV usage 0.20 × 3 pods / 0.8", "kv", "kv"),
-        (
-            6,
-            5,
-            "prefill 6→5: prompt demand 0 (burst memory: 0.7 × recent peak 7.1)",
-            "burst",
-            "burst",
-        ),
-        (3, 2, "decode 3→2: a message from a baseline", "", "other"),
-        (1, 2, "prefill 1→2: prompt demand 0 tok/s / (0.8 × 8k) (bounds [2, 4])", "demand", "min"),
-        (9, 8, "decode 9→8: KV demand 0 tokens / (0.8 × 200k) (bounds [1, 8])", "kv", "max"),
-        (
-            1,
-            2,
-            "prefill 1→1: prompt demand 0; raised to 2 by prefill:decode ratio min 0.5",
-            "demand",
-            "ratio",
-        ),
-        (0, 1, "decode 0→1: the router has traffic", "", "traffic"),
-        (0, 2, "decode 0→2: min is 2", "", "min"),
-        (0, 0, "decode 0: no traffic", "", "idle"),
-        (2, 2, "decode 2: static policy", "", "static"),
-        (
-            3,
-            3,
-            "prefill 3→3: prompt demand 0 tok/s / (0.8 × 2k) (panic mode holds scale-down)",
-            "demand",
-            "panic",
-        ),
-        (
-            3,
-            3,
-            "prefill 3→3: prompt demand 0 tok/s / (0.8 × 2k) (held by the 300s window)",
-            "demand",
-            "window",
-        ),
-        (
-            3,
-            3,
-            "prefill 3→3: prompt demand 0 (scale-down window 300s not yet covered)",
-            "",
-            "window",
-        ),
-        (2, 2, "decode 2→2: KV demand 90k tokens / (0.8 × 65k per replica)", "kv", "hold"),
+        *((1, 3, driver, "", driver) for driver in DRIVERS),  # a change says its driver
+        (3, 2, "kv", "", "kv"),
+        (3, 2, "", "", "other"),  # a baseline's change has no driver
+        (2, 2, "kv", "", "hold"),  # the need matches the size
+        *((3, 3, "demand", cause, cause) for cause in CAUSES),  # a cause overrides
+        (1, 2, "demand", "min", "min"),
+        (1, 2, "demand", "ratio", "ratio"),
     ],
 )
-def test_reason_labels(current: int, desired: int, reason: str, driver: str, label: str) -> None:
-    decision = PoolDecision("x", current, desired, reason, driver=driver)
+def test_reason_labels(current: int, desired: int, driver: str, cause: str, label: str) -> None:
+    decision = PoolDecision("x", current, desired, "x: …", driver=driver, cause=cause)
     assert compute_reason_label(decision) == label
 
 

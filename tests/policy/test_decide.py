@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.api.validate import load_inference_service
-from tandem.observe.types import LatencyObservation
+from tandem.observe.types import LatencyObservation, PoolObservation
 from tandem.policy import PolicyState, compute_policy_config, decide
 from tandem.policy.config import LatencyTargets, PoolConfig
 from tests.factories import make_manifest
@@ -93,6 +93,7 @@ def test_panic_mode_may_double_the_pool() -> None:
     # 200k tok/s against 4 x 10k: far over twice capacity.
     _, (d,) = run([make_obs(0, prefill_load(8, 200_000), decode_load(2, 10, 0.1))])
     assert d.pools["prefill"].desired == 16 and "panic" in d.pools["prefill"].reason
+    assert d.pools["prefill"].driver == "demand" and not d.pools["prefill"].cause
 
 
 def test_missing_metrics_hold_the_size_and_say_why() -> None:
@@ -100,6 +101,7 @@ def test_missing_metrics_hold_the_size_and_say_why() -> None:
     _, (d,) = run([make_obs(0, prefill_load(2, 1_000), broken)])
     dec = d.pools["decode"]
     assert dec.desired == 3 and not dec.metrics_available and not d.metrics_available
+    assert dec.cause == "metrics"
     assert "pod chat-decode-x: timeout after 2s" in dec.reason
 
 
@@ -128,6 +130,8 @@ def test_scale_down_waits_for_the_window() -> None:
     down_at = next(i for i, p in enumerate(firsts) if p.desired < p.current)
     assert idle[down_at].now_s - 285 >= 300  # the last busy tick was at 285 s
     assert firsts[down_at].desired == 5  # step down 1
+    assert {p.cause for p in firsts[:down_at]} == {"window"}
+    assert firsts[down_at].cause == ""  # the step-limited need stands
 
 
 def test_burst_memory_keeps_part_of_the_pool_through_a_quiet_spell() -> None:
@@ -164,6 +168,7 @@ def test_static_policy_never_moves() -> None:
         make_config(policy="static"),
     )
     assert all(p.desired == 2 for p in d.pools.values())
+    assert all(p.cause == "static" for p in d.pools.values())
 
 
 def test_strictest_class_with_traffic_decides() -> None:
@@ -199,6 +204,7 @@ def test_ratio_bounds_raise_the_smaller_pool() -> None:
     _, (d,) = run([make_obs(0, prefill_load(1, 1_000), decode_load(6, 800, 0.5))], config)
     assert d.pools["prefill"].desired >= 0.5 * d.pools["decode"].desired
     assert "ratio min 0.5" in d.pools["prefill"].reason
+    assert d.pools["prefill"].cause == "ratio"
 
 
 def test_prefill_capacity_is_learned_while_saturated() -> None:
@@ -298,3 +304,28 @@ def test_non_finite_signals_hold_instead_of_scaling_down(value: float) -> None:
     _, (d,) = run([make_obs(0, prefill_load(2, 1_000), pool)])
     assert d.pools["decode"].desired == 6 and not d.pools["decode"].metrics_available
     assert "kv_usage is" in d.pools["decode"].reason
+
+
+@pytest.mark.parametrize(
+    ("pool", "cfg", "traffic", "desired", "cause"),
+    [
+        (prefill_load(0, 0), PoolConfig("prefill", 0, 4, 0), 500.0, 1, "traffic"),
+        (prefill_load(0, 0), PoolConfig("prefill", 2, 4, 0), 0.0, 2, "min"),
+        (prefill_load(0, 0), PoolConfig("prefill", 0, 4, 0), 0.0, 0, "idle"),
+        (prefill_load(1, 0), PoolConfig("prefill", 2, 4, 1), 0.0, 2, "min"),  # min raised
+        (prefill_load(6, 90_000), PoolConfig("prefill", 1, 4, 1), 0.0, 4, "max"),  # max cut
+    ],
+)
+def test_a_bound_or_the_traffic_names_itself_as_the_cause(
+    pool: PoolObservation, cfg: PoolConfig, traffic: float, desired: int, cause: str
+) -> None:
+    config = make_config(pools={"prefill": cfg})
+    obs = make_obs(0, pool, arrival_prompt_tokens_per_s=traffic)
+    _, (d,) = run([obs], config)
+    assert (d.pools["prefill"].desired, d.pools["prefill"].cause) == (desired, cause)
+
+
+def test_panic_holds_a_scale_down_and_says_so() -> None:
+    state, _ = run([make_obs(0, prefill_load(8, 200_000), decode_load(2, 10, 0.1))])
+    _, (d,) = run([make_obs(15, prefill_load(16, 1_000), decode_load(2, 10, 0.1))], state=state)
+    assert d.pools["prefill"].desired == 16 and d.pools["prefill"].cause == "panic"

@@ -27,32 +27,12 @@ from tandem.control.cache import is_older
 from tandem.control.conditions import AUTOSCALER_TYPES, Condition, merge_conditions
 from tandem.observe.source import PoolTargets, metrics_url
 from tandem.policy.tick import DELETION_COST_ANNOTATION
-from tandem.policy.types import PoolDecision
+from tandem.policy.types import CAUSES, DRIVERS, PoolDecision
 from tandem.router.pods import compute_pod_address
 
 ROUTER_ROLE = "router"
 #: Every value :func:`compute_reason_label` returns (the ``reason`` label's whole range).
-REASON_LABELS = (
-    "demand",
-    "backlog",
-    "latency",
-    "kv",
-    "concurrency",
-    "queue",
-    "rate",
-    "burst",
-    "ratio",
-    "min",
-    "max",
-    "traffic",
-    "window",
-    "panic",
-    "metrics",
-    "static",
-    "idle",
-    "hold",
-    "other",
-)
+REASON_LABELS = (*DRIVERS, *CAUSES, "hold", "other")
 
 
 @dataclass(frozen=True)
@@ -189,37 +169,21 @@ def compute_reason_label(decision: PoolDecision) -> str:
     """A short code of why a pool has its size, for the ``reason`` metric label.
 
     Bounded (:data:`REASON_LABELS`): the free text, with its numbers, goes to status and
-    Events only. A change says what drove it (the policy's
-    :attr:`~tandem.policy.types.PoolDecision.driver`: ``demand``, ``backlog``,
-    ``latency``, ``kv``, ``rate``, ``queue``, ``concurrency``, ``burst``), or
-    ``ratio``/``min``/``max``/``traffic`` when a bound or the router's traffic forced it;
-    a hold says why nothing moved (``metrics``, ``static``, ``window``, ``panic``,
-    ``idle``) or ``hold`` when the need matches.
+    Events only. The policy's :attr:`~tandem.policy.types.PoolDecision.cause` when
+    something overrode the need (``ratio``, ``min``, ``max``, ``traffic``, ``window``,
+    ``panic``, ``metrics``, ``static``, ``idle``); otherwise, on a change, what drove it
+    (:attr:`~tandem.policy.types.PoolDecision.driver`: ``demand``, ``backlog``,
+    ``latency``, ``kv``, ``rate``, ``queue``, ``concurrency``, ``burst``), and ``hold``
+    when the need matches the size.
 
     >>> reason = "decode 4→6: KV demand 1.13M tokens / (0.8 × 280k)"
     >>> compute_reason_label(PoolDecision("decode", 4, 6, reason, driver="kv"))
     'kv'
     """
-    reason, direction = decision.reason, decision.direction
-    _, _, detail = reason.partition(": ")
-    if direction != "hold":
-        if "prefill:decode ratio" in reason:
-            return "ratio"
-        if "(bounds [" in reason:
-            return "min" if direction == "up" else "max"
-        if detail.startswith("the router has traffic"):
-            return "traffic"
-        if detail.startswith("min is "):
-            return "min"
-        return decision.driver or "other"
     if not decision.metrics_available:
         return "metrics"
-    if detail.startswith("static policy"):
-        return "static"
-    if detail.startswith("no traffic"):
-        return "idle"
-    if "panic mode holds" in reason:
-        return "panic"
-    if "window" in reason and "(" in reason:
-        return "window"
-    return "hold"
+    if decision.cause:
+        return decision.cause
+    if decision.direction == "hold":
+        return "hold"
+    return decision.driver or "other"

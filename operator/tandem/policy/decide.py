@@ -26,16 +26,16 @@ def decide(
         pool_obs = obs.pools.get(role)
         pool_state = state.pool(role)
         if pool_obs is None:
-            decisions[role] = _hold(role, cfg.initial_replicas, "no observation of the pool", False)
+            decisions[role] = _hold(role, cfg.initial_replicas, "no observation of the pool")
             continue
         current = pool_obs.replicas
         if config.policy == "static":
-            decisions[role] = _hold(role, current, f"{role} {current}: static policy", True)
+            decisions[role] = _hold(role, current, f"{role} {current}: static policy", "static")
             continue
         bad = _non_finite(pool_obs)
         if bad:
             decisions[role] = _hold(
-                role, current, f"{role} {current}: holding, metrics unavailable ({bad})", False
+                role, current, f"{role} {current}: holding, metrics unavailable ({bad})"
             )
             continue
         if pool_obs.replicas == 0 or not pool_obs.available:
@@ -48,7 +48,7 @@ def decide(
         if config.policy == "slo":
             wanted, sized, memo = remember_peak(wanted, obs.now_s, sized, cfg, config)
             driver = "burst" if memo else driver
-        desired, new_state, note = stabilize(
+        desired, new_state, note, cause = stabilize(
             current, wanted, sizing.panic, obs.now_s, sized, cfg, config
         )
         note = "; ".join(n for n in (memo, note) if n)
@@ -59,7 +59,7 @@ def decide(
         state = state.with_pool(role, new_state)
         reason = f"{role} {current}→{desired}: {sizing.reason}" + (f" ({note})" if note else "")
         decisions[role] = PoolDecision(
-            role, current, desired, reason, sizing.signals, driver=driver
+            role, current, desired, reason, sizing.signals, driver=driver, cause=cause
         )
     decisions = _apply_ratio(decisions, config)
     return state, Decision(now_s=obs.now_s, pools=decisions)
@@ -94,8 +94,10 @@ def _non_finite(pool: PoolObservation) -> str:
     return ""
 
 
-def _hold(role: str, current: int, reason: str, available: bool) -> PoolDecision:
-    return PoolDecision(role, current, current, reason, metrics_available=available)
+def _hold(role: str, current: int, reason: str, cause: str = "metrics") -> PoolDecision:
+    """``current`` kept without sizing; ``cause`` ``metrics`` means they are missing."""
+    available = cause != "metrics"
+    return PoolDecision(role, current, current, reason, metrics_available=available, cause=cause)
 
 
 def _from_zero_or_hold(obs: Observation, pool: PoolObservation, cfg: PoolConfig) -> PoolDecision:
@@ -105,23 +107,20 @@ def _from_zero_or_hold(obs: Observation, pool: PoolObservation, cfg: PoolConfig)
     if pool.replicas == 0 and cfg.max_replicas > 0 and (traffic or cfg.min_replicas > 0):
         desired = max(cfg.min_replicas, 1)
         why = "the router has traffic" if traffic else f"min is {cfg.min_replicas}"
-        return PoolDecision(pool.role, 0, desired, f"{pool.role} 0→{desired}: {why}")
+        cause = "traffic" if traffic else "min"
+        return PoolDecision(pool.role, 0, desired, f"{pool.role} 0→{desired}: {why}", cause=cause)
     if pool.replicas == 0:
-        return _hold(pool.role, 0, f"{pool.role} 0: no traffic", True)
+        return _hold(pool.role, 0, f"{pool.role} 0: no traffic", "idle")
     if pool.ready == 0 and not pool.failed:
         # Nothing to read yet is not missing metrics: loading weights takes minutes.
         why = f"{pool.replicas} pod(s) starting, none ready yet"
-        return _hold(pool.role, pool.replicas, f"{pool.role} {pool.replicas}: holding, {why}", True)
+        return _hold(pool.role, pool.replicas, f"{pool.role} {pool.replicas}: holding, {why}", "")
     if pool.failed:
         detail = "; ".join(f"pod {pod}: {err}" for pod, err in sorted(pool.failed.items()))
     else:
         detail = f"{pool.scraped} of {pool.ready} ready pods answered"
-    return _hold(
-        pool.role,
-        pool.replicas,
-        f"{pool.role} {pool.replicas}: holding, metrics unavailable ({detail})",
-        False,
-    )
+    reason = f"{pool.role} {pool.replicas}: holding, metrics unavailable ({detail})"
+    return _hold(pool.role, pool.replicas, reason)
 
 
 def _apply_ratio(
@@ -140,6 +139,7 @@ def _apply_ratio(
                 desired=n,
                 reason=f"{pre.reason}; raised to {n} by prefill:decode "
                 f"ratio min {config.ratio_min:g}",
+                cause="ratio",
             )
     if config.ratio_max is not None and pre.desired > config.ratio_max * dec.desired:
         n = min(ceil_replicas(pre.desired / config.ratio_max), dcfg.max_replicas)
@@ -149,5 +149,6 @@ def _apply_ratio(
                 desired=n,
                 reason=f"{dec.reason}; raised to {n} by prefill:decode "
                 f"ratio max {config.ratio_max:g}",
+                cause="ratio",
             )
     return {**decisions, "prefill": pre, "decode": dec}

@@ -13,10 +13,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import NamedTuple
 
 from tandem.policy.config import PolicyConfig, PoolConfig
 from tandem.policy.learn import compute_decay
 from tandem.policy.state import PoolState
+
+
+class Stable(NamedTuple):
+    """What :func:`stabilize` decided."""
+
+    replicas: int
+    state: PoolState
+    note: str
+    """Why the replicas differ from the need, in words, or ``""``."""
+    cause: str = ""
+    """The same as a :data:`~tandem.policy.types.CAUSES` code (``min``, ``max``,
+    ``window``, ``panic``), or ``""`` when the need (perhaps step-limited) stands."""
 
 
 def stabilize(
@@ -27,8 +40,8 @@ def stabilize(
     state: PoolState,
     cfg: PoolConfig,
     config: PolicyConfig,
-) -> tuple[int, PoolState, str]:
-    """(replicas, new state, note) for a pool of ``current`` replicas that wants ``wanted``."""
+) -> Stable:
+    """The replicas of a pool of ``current`` replicas that wants ``wanted``."""
     wanted = min(max(wanted, cfg.min_replicas), cfg.max_replicas)
     keep_s = max(config.scale_up_window_s, config.scale_down_window_s) + config.interval_s
     state = state.with_recommendation(now_s, wanted, keep_s)
@@ -36,7 +49,8 @@ def stabilize(
         state = replace(state, panic_until_s=now_s + config.panic_window_s)
     outside = min(max(current, cfg.min_replicas), cfg.max_replicas)
     if outside != current:
-        return outside, state, f"bounds [{cfg.min_replicas}, {cfg.max_replicas}]"
+        bound = "min" if outside > current else "max"
+        return Stable(outside, state, f"bounds [{cfg.min_replicas}, {cfg.max_replicas}]", bound)
     if wanted > current:
         window = [n for t, n in state.recommendations if t >= now_s - config.scale_up_window_s]
         target = min(window)
@@ -45,24 +59,23 @@ def stabilize(
         note = "panic" if panic and n > current + config.step_up else ""
         if n < target:
             note = (note + "; " if note else "") + f"step limit {step}"
-        return max(n, current), state, note
+        return Stable(max(n, current), state, note)
     if wanted < current:
         if state.panic_until_s is not None and now_s < state.panic_until_s:
-            return current, state, "panic mode holds scale-down"
+            return Stable(current, state, "panic mode holds scale-down", "panic")
         start = now_s - config.scale_down_window_s
         covered = state.recommendations[0][0] <= start + 1e-6
         if not covered and config.scale_down_window_s > 0:
-            return (
-                current,
-                state,
-                f"scale-down window {config.scale_down_window_s:g}s not yet covered",
-            )
+            note = f"scale-down window {config.scale_down_window_s:g}s not yet covered"
+            return Stable(current, state, note, "window")
         target = max(n for t, n in state.recommendations if t >= start - 1e-6)
         if target >= current:
-            return current, state, f"held by the {config.scale_down_window_s:g}s window"
+            return Stable(
+                current, state, f"held by the {config.scale_down_window_s:g}s window", "window"
+            )
         n = max(target, current - config.step_down)
-        return n, state, f"step limit {config.step_down}" if n > target else ""
-    return current, state, ""
+        return Stable(n, state, f"step limit {config.step_down}" if n > target else "")
+    return Stable(current, state, "")
 
 
 def remember_peak(

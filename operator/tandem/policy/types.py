@@ -14,6 +14,12 @@ Direction = Literal["up", "down", "hold"]
 #: memory's floor.
 DRIVERS = ("demand", "backlog", "latency", "kv", "rate", "queue", "concurrency", "burst")
 
+#: What can decide a pool's size over its driver, as :attr:`PoolDecision.cause` names
+#: it: the prefill:decode ratio, the pool's min or max, the router's traffic (a pool
+#: woken from zero), a stabilization window or panic mode holding a scale-down, missing
+#: metrics, the static policy, or a pool at zero with no traffic.
+CAUSES = ("ratio", "min", "max", "traffic", "window", "panic", "metrics", "static", "idle")
+
 
 @dataclass(frozen=True)
 class PoolDecision:
@@ -30,6 +36,9 @@ class PoolDecision:
     driver: str = ""
     """What set the size (one of :data:`DRIVERS`); empty when the pool was held without
     sizing (missing metrics, static policy, no traffic) or by a baseline."""
+    cause: str = ""
+    """What overrode the driver (one of :data:`CAUSES`), or empty when the driver's size
+    stands (or the need matched the size)."""
 
     @property
     def direction(self) -> Direction:
