@@ -12,7 +12,7 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -168,8 +168,6 @@ async def _loop(
 
 
 def _at(obs: Observation, now_s: float) -> Observation:
-    from dataclasses import replace
-
     return replace(obs, now_s=now_s)
 
 
