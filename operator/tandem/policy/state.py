@@ -45,8 +45,32 @@ class PoolState:
     """Scale-downs are held until this time after a panic tick."""
 
     def with_recommendation(self, now_s: float, replicas: int, keep_s: float) -> PoolState:
-        kept = tuple((t, n) for t, n in self.recommendations if t >= now_s - keep_s)
-        return replace(self, recommendations=(*kept, (now_s, replicas)))
+        """This state with ``replicas`` recommended at ``now_s``, keeping ``keep_s``.
+
+        A run of equal recommendations is kept as its first and last entries: every
+        window that ends now sees the same values (the min and max of the windows are
+        unchanged) while status stays small at short intervals. A run reaching back past
+        the kept span starts at its edge, so the span still counts as covered.
+
+        >>> s = PoolState()
+        >>> for t in range(0, 50, 10):
+        ...     s = s.with_recommendation(t, 2, keep_s=25)
+        >>> s.recommendations
+        ((15, 2), (40, 2))
+        >>> s.with_recommendation(50, 3, keep_s=25).recommendations
+        ((25, 2), (40, 2), (50, 3))
+        """
+        cutoff = now_s - keep_s
+        recs = self.recommendations
+        kept = [(t, n) for t, n in recs if t >= cutoff]
+        gone = len(recs) - len(kept)
+        if gone and kept and recs[gone - 1][1] == kept[0][1]:
+            kept.insert(0, (cutoff, kept[0][1]))
+        if len(kept) >= 2 and kept[-2][1] == kept[-1][1] == replicas:
+            kept[-1] = (now_s, replicas)
+        else:
+            kept.append((now_s, replicas))
+        return replace(self, recommendations=tuple(kept))
 
 
 @dataclass(frozen=True)
