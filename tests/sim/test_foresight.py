@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
 from tandem.policy.config import PoolConfig
-from tandem.sim.compare import ORACLE_SCHEDULE, run_policy
-from tandem.sim.foresight import OracleSchedule
+from tandem.sim.compare import ORACLE_SCHEDULE, run_oracle_schedule, run_policy
+from tandem.sim.foresight import HEADROOM_STEPS, OracleSchedule, search_headroom
 from tandem.sim.oracle import Oracle, PoolOracle
 from tests.sim.factories import conv_slice, make_scenario
 
@@ -37,3 +40,46 @@ def test_the_replayed_schedule_costs_about_what_the_oracle_counts() -> None:
     result, _ = run_policy(ORACLE_SCHEDULE, scenario)
     assert 0.9 <= result.gpu_hours / scenario.oracle.gpu_hours <= 1.25
     assert result.completed == result.requests
+
+
+def test_headroom_multiplies_the_need_and_rounds_up() -> None:
+    plan = replace(schedule((1, 1, 1, 4, 1, 1, 1, 1, 2)), headroom={"prefill": 1.1})
+    assert plan.need("prefill", 0.0) == 5  # 4.4
+    assert plan.need("prefill", 40.0) == 2  # 1.1
+    assert replace(plan, headroom={"prefill": 2.0}).need("prefill", 0.0) == 8
+
+
+@dataclass(frozen=True)
+class Outcome:
+    attainment: float
+    gpu_hours: float
+
+
+def test_the_search_raises_the_pool_that_buys_the_most_attainment() -> None:
+    # Prefill headroom pays (each step +4 points for 1 GPU-h); decode's does not.
+    def run(headroom: Mapping[str, float]) -> Outcome:
+        p = HEADROOM_STEPS.index(headroom["prefill"])
+        d = HEADROOM_STEPS.index(headroom["decode"])
+        return Outcome(0.88 + 0.04 * p + 0.005 * d, 5.0 + p + d)
+
+    found = search_headroom(run, ("prefill", "decode"), goal=0.99)
+    assert found.met and dict(found.headroom) == {"prefill": 1.5, "decode": 1.0}
+    assert found.result == Outcome(1.0, 8.0)
+    assert found.tried[0] == ({"prefill": 1.0, "decode": 1.0}, Outcome(0.88, 5.0))
+    assert len(found.tried) == 7  # the start, then two candidates in each of 3 rounds
+
+
+def test_the_search_says_when_no_headroom_meets_the_goal() -> None:
+    found = search_headroom(
+        lambda h: Outcome(0.5, sum(h.values())), ("prefill",), goal=0.99, steps=(1.0, 2.0)
+    )
+    assert not found.met and dict(found.headroom) == {"prefill": 2.0}
+
+
+def test_headroom_buys_attainment_on_a_real_replay() -> None:
+    scenario = make_scenario(conv_slice(240.0, rate_scale=8.0), warmup_s=60.0)
+    plain = run_oracle_schedule(scenario, {})
+    padded = run_oracle_schedule(scenario, {"prefill": 2.0, "decode": 2.0})
+    assert padded.gpu_hours > 1.5 * plain.gpu_hours
+    assert padded.attainment >= plain.attainment
+    assert padded.ttft_p90_s <= plain.ttft_p90_s

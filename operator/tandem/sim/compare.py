@@ -22,7 +22,7 @@ decisions lead to. Pure: timing runs is the caller's.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tandem.api import InferenceService
@@ -232,8 +232,24 @@ def run_policy(
     name: str, scenario: Scenario, progress: Callable[[float], None] | None = None
 ) -> tuple[RunResult, Simulation]:
     """Simulate one policy on the scenario's trace."""
+    return _simulate(name, build_autoscaler(name, scenario), scenario, progress)
+
+
+def run_oracle_schedule(scenario: Scenario, headroom: Mapping[str, float]) -> RunResult:
+    """The oracle's schedule with ``headroom`` (role → multiple of its need), followed
+    with foresight (:class:`~tandem.sim.foresight.OracleSchedule`)."""
+    schedule = build_autoscaler(ORACLE_SCHEDULE, scenario)
+    assert isinstance(schedule, OracleSchedule)
+    return _simulate(ORACLE_SCHEDULE, replace(schedule, headroom=dict(headroom)), scenario)[0]
+
+
+def _simulate(
+    name: str,
+    autoscaler: Autoscaler | None,
+    scenario: Scenario,
+    progress: Callable[[float], None] | None = None,
+) -> tuple[RunResult, Simulation]:
     plan, initial = plan_for(name, scenario)
-    autoscaler = build_autoscaler(name, scenario)
     driver = AutoscalerDriver(autoscaler) if autoscaler is not None else None
     warmup = scenario.warmup_s if autoscaler is not None else 0.0
     arrivals, first, offset = with_warmup(scenario.requests, warmup)

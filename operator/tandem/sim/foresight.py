@@ -8,17 +8,29 @@ interval ahead), so pods are up when the oracle says they are needed and gone wh
 says they are not. Running it shows what the oracle's schedule achieves when requests
 are really served, queueing, KV hand-off and bursts inside a window included: how far
 the bound is from a fleet that meets the targets.
+
+With a ``headroom`` per pool the schedule asks for that multiple of the oracle's need.
+:func:`search_headroom` raises it pool by pool until the schedule meets an attainment
+goal: the cheapest such foresight schedule found is a fleet that *does* meet the targets,
+a reference an autoscaler without foresight can be measured against.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from tandem.observe.types import Observation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import PoolConfig
 from tandem.policy.types import Decision
 from tandem.sim.oracle import Oracle
+
+#: The multiples of the oracle's need :func:`search_headroom` tries, in order
+#: (``1.1`` adds one replica to any need up to 10).
+HEADROOM_STEPS = (1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
 
 
 @dataclass
@@ -32,6 +44,8 @@ class OracleSchedule:
     measure_from_s: float
     """Simulation time at which the oracle's first window begins (after the warm-up)."""
     name: str = "oracle-schedule"
+    headroom: Mapping[str, float] = field(default_factory=dict)
+    """Role → multiple of the oracle's need to ask for (1 when absent)."""
 
     def initial_state(self) -> None:
         return None
@@ -45,8 +59,12 @@ class OracleSchedule:
 
     def need(self, role: str, now_s: float) -> int:
         """The largest oracle need from ``now_s`` until pods started now are ready and
-        have served an interval. The warm-up replays the trace's start mirrored in time,
-        so before the trace the need is the oracle's at the mirrored time."""
+        have served an interval, times the pool's headroom. The warm-up replays the
+        trace's start mirrored in time, so before the trace the need is the oracle's at
+        the mirrored time."""
+        return math.ceil(self.headroom.get(role, 1.0) * self._oracle_need(role, now_s) - 1e-9)
+
+    def _oracle_need(self, role: str, now_s: float) -> int:
         replicas = self.oracle.pools[role].replicas
         if not replicas:
             return 0
@@ -59,3 +77,68 @@ class OracleSchedule:
             if t >= end:
                 return best
             t = min(t + window / 2, end)
+
+
+class Outcome(Protocol):
+    """What :func:`search_headroom` reads of a run (a :class:`~tandem.sim.results.RunResult`)."""
+
+    @property
+    def attainment(self) -> float: ...
+
+    @property
+    def gpu_hours(self) -> float: ...
+
+
+R = TypeVar("R", bound=Outcome)
+
+
+@dataclass(frozen=True)
+class HeadroomSearch(Generic[R]):
+    """What :func:`search_headroom` found."""
+
+    headroom: Mapping[str, float]
+    """Role → multiple of the oracle's need of the cheapest run meeting the goal (or of
+    the last run, when none did)."""
+    result: R
+    met: bool
+    tried: tuple[tuple[Mapping[str, float], R], ...]
+    """Every run, in order."""
+
+
+def search_headroom(
+    run: Callable[[Mapping[str, float]], R],
+    roles: tuple[str, ...],
+    goal: float,
+    steps: tuple[float, ...] = HEADROOM_STEPS,
+) -> HeadroomSearch[R]:
+    """Raise each pool's headroom a step at a time until ``run(headroom)`` meets
+    ``goal`` attainment; greedy: each round takes the step that gains the most
+    attainment per GPU-hour it adds. Stops at the goal or when no pool can rise.
+
+    An upper bound of what a foresight schedule needs (a finer search could find a
+    cheaper one), and a fleet that really meets the goal.
+    """
+    levels = dict.fromkeys(roles, 0)
+
+    def headroom_of(lv: Mapping[str, int]) -> dict[str, float]:
+        return {role: steps[i] for role, i in lv.items()}
+
+    result = run(headroom_of(levels))
+    tried: list[tuple[Mapping[str, float], R]] = [(headroom_of(levels), result)]
+    while result.attainment < goal:
+        best: tuple[float, dict[str, int], R] | None = None
+        for role in roles:
+            if levels[role] + 1 >= len(steps):
+                continue
+            lv = {**levels, role: levels[role] + 1}
+            trial = run(headroom_of(lv))
+            tried.append((headroom_of(lv), trial))
+            gain = trial.attainment - result.attainment
+            cost = trial.gpu_hours - result.gpu_hours
+            score = gain / cost if cost > 1e-9 else math.inf * (1 if gain > 0 else -1)
+            if best is None or score > best[0]:
+                best = (score, lv, trial)
+        if best is None:
+            break
+        _, levels, result = best
+    return HeadroomSearch(headroom_of(levels), result, result.attainment >= goal, tuple(tried))
