@@ -113,8 +113,11 @@ def _ready_urls(pods: Iterable[Mapping[str, Any]], service: str, role: str) -> d
 def compute_cost_annotations(
     pods: Iterable[Mapping[str, Any]], costs: Mapping[str, int]
 ) -> dict[str, str]:
-    """Pod name → the ``pod-deletion-cost`` to write, for pods whose annotation differs
-    (pods not in ``costs``, which did not answer this tick, keep theirs)."""
+    """Pod name → the ``pod-deletion-cost`` to write, for pods whose annotation differs.
+
+    Pods not in ``costs`` keep theirs: a scale-down happens only when every ready pod
+    answered, so those are pods not ready, which the ReplicaSet controller deletes before
+    any ready pod whatever their cost (readiness ranks above deletion cost)."""
     out: dict[str, str] = {}
     for pod in pods:
         name = _name(pod)
