@@ -119,6 +119,8 @@ class PodFleet:
     pods: dict[str, list[SimPod]] = field(default_factory=dict)
     deleted: list[tuple[str, int]] = field(default_factory=list)
     """(pod, its deletion cost) of the pods removed on scale-down, in order."""
+    created: list[str] = field(default_factory=list)
+    """Every pod started, in order."""
     _task: asyncio.Task[None] | None = None
     _names: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -162,6 +164,7 @@ class PodFleet:
         while len(have) < want:
             pod = await self._create(role, faulty=(role, len(have)) in self.faulty)
             have.append(pod)
+            self.created.append(pod.name)
             changed = True
         if len(have) > want:
             costs = {p.name: self._cost(p.name) for p in have}

@@ -122,7 +122,7 @@ async def test_tickers_run_per_service_and_stop_when_it_is_deleted(
         closed.append(True)
 
     def setup(runtime: Runtime) -> None:
-        runtime.add_ticker("probe", lambda body: 0.1, tick, forget=forgotten.append, close=close)
+        runtime.tickers.add("probe", lambda body: 0.1, tick, forget=forgotten.append, close=close)
 
     op: RunningOperator = await operators(setup=setup)
     await create(api, make_manifest("alpha"))

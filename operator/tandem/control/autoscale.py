@@ -102,7 +102,7 @@ class Autoscaler:
         self._parsed: dict[ServiceKey, tuple[tuple[Any, Any], InferenceService | None]] = {}
 
     def register(self) -> None:
-        self.runtime.add_ticker(
+        self.runtime.tickers.add(
             TICKER, self.interval_s, self.tick, forget=self.forget, close=self.close
         )
 

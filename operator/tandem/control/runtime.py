@@ -21,7 +21,7 @@ from tandem.control.children import ServiceKey, child_key, owner_key
 from tandem.control.events import EventRecorder
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.reconcile import ChildCache, Reconciler, ServiceCache
-from tandem.control.ticker import CloseFn, ForgetFn, IntervalFn, Tickers, TickFn
+from tandem.control.ticker import Tickers
 from tandem.control.workqueue import WorkQueue
 from tandem.kube import KubeClient
 
@@ -61,19 +61,6 @@ class Runtime:
         )
         self.tickers = Tickers(self, metrics)
         self._resync: asyncio.Task[None] | None = None
-
-    def add_ticker(
-        self,
-        name: str,
-        interval_s: IntervalFn,
-        fn: TickFn,
-        *,
-        forget: ForgetFn | None = None,
-        close: CloseFn | None = None,
-    ) -> None:
-        """Run ``fn`` every ``interval_s(body)`` seconds for every managed service;
-        ``forget(key)`` when a service is deleted, ``close()`` when the runtime stops."""
-        self.tickers.add(name, interval_s, fn, forget=forget, close=close)
 
     async def start(self) -> None:
         await self.events.start()
