@@ -58,6 +58,9 @@ class SimPod:
             self.runner = None
 
 
+#: How long a stopping engine lets open streams finish before closing them.
+POD_GRACE_S = 2.0
+
 #: Decode engines whose step is mostly a fixed part (about 86 ms, plus 5 ms per
 #: sequence), so that the test's declared decode profile (a batch of 2 within a 100 ms
 #: ITL) describes them: one stream then needs one replica, four need more.
@@ -95,7 +98,12 @@ async def start_engine(
         return response
 
     app.middlewares.append(metrics_fault)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    # A deleted pod goes within its grace period: aiohttp's default waits 60 s for open
+    # streams on cleanup (and swallows the cancellation meanwhile), which left the
+    # fleet stuck deleting a pod with streams still open.
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, shutdown_timeout=POD_GRACE_S
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -122,6 +130,7 @@ class PodFleet:
     created: list[str] = field(default_factory=list)
     """Every pod started, in order."""
     _task: asyncio.Task[None] | None = None
+    _stopping: bool = False
     _names: itertools.count[int] = field(default_factory=itertools.count)
 
     async def __aenter__(self) -> PodFleet:
@@ -130,6 +139,9 @@ class PodFleet:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # A cancellation that lands inside an engine's cleanup is swallowed by aiohttp
+        # (it waits out open streams under a suppress): the flag ends the loop anyway.
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -150,7 +162,7 @@ class PodFleet:
         return self.k.fetch(PODS, self.namespace, name)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             for role in self.roles:
                 await self._sync(role)
             await asyncio.sleep(0.05)
