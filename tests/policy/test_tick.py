@@ -45,23 +45,6 @@ def test_state_survives_through_status() -> None:
     assert tick.decision.pools["prefill"].desired == 5
 
 
-def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> None:
-    def tick(status: dict[str, Any] | None, t: float, **decode: Any) -> dict[str, Any]:
-        pools = (prefill_load(2, 1_000), make_pool("decode", 3, **decode))
-        when = f"2026-01-01T00:00:{t:02.0f}Z"
-        return compute_tick(status, make_obs(t, *pools), make_config(), when).status
-
-    def times(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
-        return {c["type"]: (c["status"], c["lastTransitionTime"]) for c in status["conditions"]}
-
-    first = tick(None, 0)
-    second = tick(first, 15)
-    assert times(second) == times(first)  # a new message, the same status
-    broken = tick(second, 30, scraped=2, failed={"d-1": "timeout"})
-    assert times(broken)["MetricsAvailable"] == ("False", "2026-01-01T00:00:30Z")
-    assert times(broken)["ScalingActive"] == times(first)["ScalingActive"]
-
-
 def test_missing_metrics_condition_names_the_pod() -> None:
     broken = make_pool("decode", 3, scraped=2, failed={"chat-decode-abc": "connection refused"})
     tick = compute_tick(None, make_obs(0, prefill_load(2, 1_000), broken), make_config(), NOW)

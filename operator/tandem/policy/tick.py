@@ -54,32 +54,16 @@ def compute_tick(
                 "reason": pool.reason,
             }
         pools[role] = entry
-    conditions = [
-        _scaling_condition(decision, config, now_iso),
-        _metrics_condition(decision, obs, now_iso),
-    ]
     patch = {
         "pools": pools,
         "autoscaler": state.to_dict(),
-        "conditions": _keep_transition_times(conditions, (status or {}).get("conditions")),
+        "conditions": [
+            _scaling_condition(decision, config, now_iso),
+            _metrics_condition(decision, obs, now_iso),
+        ],
     }
     scale = {role: p.desired for role, p in decision.changes.items()}
     return Tick(state=state, decision=decision, scale=scale, status=patch)
-
-
-def _keep_transition_times(
-    conditions: list[dict[str, Any]], previous: list[dict[str, Any]] | None
-) -> list[dict[str, Any]]:
-    """``conditions``, each keeping the previous ``lastTransitionTime`` of its type when
-    its ``status`` did not change (a transition is a change of status, not of message)."""
-    before = {c.get("type"): c for c in previous or ()}
-    out = []
-    for cond in conditions:
-        old = before.get(cond["type"]) or {}
-        if old.get("status") == cond["status"] and old.get("lastTransitionTime"):
-            cond = {**cond, "lastTransitionTime": old["lastTransitionTime"]}
-        out.append(cond)
-    return out
 
 
 def _condition(type_: str, ok: bool, reason: str, message: str, now_iso: str) -> dict[str, Any]:
