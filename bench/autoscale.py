@@ -119,13 +119,12 @@ def run_trace(
     scenario = build_scenario(isvc, requests, seed=seed, warmup_s=warmup_s)
     oracle = scenario.oracle
     runs: dict[str, Run] = {}
-    names = list(POLICIES)
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            futures = {name: pool.submit(_run_one, name, scenario) for name in names}
+            futures = {name: pool.submit(_run_one, name, scenario) for name in POLICIES}
             runs = {name: f.result() for name, f in futures.items()}
     else:
-        for name in names:
+        for name in POLICIES:
             runs[name] = _run_one(name, scenario)
             print(f"  ran {name} ({runs[name].cpu_s:.0f} s CPU)", file=sys.stderr, flush=True)
     search = search_foresight(scenario, label=label)
