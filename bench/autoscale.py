@@ -42,13 +42,13 @@ from tandem.sim.foresight import HeadroomSearch, search_headroom
 from tandem.sim.oracle import compute_oracle
 from tandem.sim.results import RunResult
 from tandem.sim.spec import build_fleet_plan
-from tandem.sim.trace import TraceRequest, parse_trace, slice_trace, trace_span_s
-from tandem.sim.workload import scale_rate
+from tandem.traces.parse import TraceRequest, parse_trace, slice_trace, trace_span_s
+from tandem.traces.rate import scale_rate
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "traces"
 TRACES = {
-    "code": SHARED / "traces" / "AzureLLMInferenceTrace_code.csv",
-    "conversation": SHARED / "traces" / "AzureLLMInferenceTrace_conv.csv",
+    "code": EXAMPLES / "AzureLLMInferenceTrace_code.csv",
+    "conversation": EXAMPLES / "AzureLLMInferenceTrace_conv.csv",
 }
 MIN_PEAK_GPUS = 8
 GOAL_ATTAINMENT = 0.99

@@ -30,9 +30,9 @@ import aiohttp
 from tandem.engine.calibrate import fit_calibration_file
 from tandem.engine.model import Engine, EngineRequest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TRACE = SHARED / "traces" / "AzureLLMInferenceTrace_conv.csv"
-PERF = SHARED / "traces" / "calibration" / "perf_model.csv"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TRACE = EXAMPLES / "traces" / "AzureLLMInferenceTrace_conv.csv"
+PERF = EXAMPLES / "calibration" / "perf_model.csv"
 
 MODES: dict[str, dict[str, object]] = {
     "static": {"batching": "static"},
@@ -330,7 +330,7 @@ def main() -> int:
     ap.add_argument("--skip-server", action="store_true")
     args = ap.parse_args()
     if not TRACE.is_file() or not PERF.is_file():
-        print(f"reference traces not found under {SHARED}", file=sys.stderr)
+        print(f"reference data not found: {TRACE}, {PERF}", file=sys.stderr)
         return 2
     print_batching(1000 if args.quick else 4000, args.rate)
     print_calibration(args.refit)

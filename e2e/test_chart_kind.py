@@ -34,7 +34,7 @@ import yaml
 if not os.environ.get("KUBECONFIG"):
     pytest.skip("KUBECONFIG is not set: no cluster to test against", allow_module_level=True)
 
-from tandem.build.images import TANDEM_IMAGE
+from tandem.manifests.images import TANDEM_IMAGE
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "tandem"

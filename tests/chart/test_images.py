@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tandem.build.engine import SIM_UID
-from tandem.build.images import TANDEM_IMAGE, VLLM_IMAGE
-from tandem.build.router import RUN_AS_UID
+from tandem.manifests.engine import SIM_UID
+from tandem.manifests.images import TANDEM_IMAGE, VLLM_IMAGE
+from tandem.manifests.router import RUN_AS_UID
 from tests.chart.conftest import REPO, Rendered
 
 OPERATOR = REPO / "operator" / "Dockerfile"

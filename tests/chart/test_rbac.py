@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tandem.api.validate import load_inference_service
-from tandem.build import Owner, build_children
 from tandem.kube import CHILD_TYPES
+from tandem.manifests import Owner, build_children
 from tests.chart.conftest import NAMESPACE, Rendered
 from tests.factories import make_manifest
 

@@ -14,8 +14,8 @@ from helm_python.chart import Chart, lint
 from helm_python.errors import HelmError
 
 from tandem import __version__
-from tandem.build.images import TANDEM_IMAGE
-from tandem.build.meta import OPERATOR_POD_LABELS
+from tandem.manifests.images import TANDEM_IMAGE
+from tandem.manifests.meta import OPERATOR_POD_LABELS
 from tests.chart.conftest import (
     CHART_DIR,
     K8S_VERSIONS,

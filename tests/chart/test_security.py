@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tandem.api.validate import load_inference_service
-from tandem.build import Owner, build_children
+from tandem.manifests import Owner, build_children
 from tests.chart.conftest import REPO, Rendered, find_tool
 from tests.factories import make_manifest
 

@@ -108,8 +108,8 @@ def test_calibration_lookup_uses_nearest_measured_tp() -> None:
 
 
 @pytest.fixture(scope="module")
-def refit(shared_dir: Path) -> tuple[list[PerfRow], CalibrationFit]:
-    path = shared_dir / "traces" / "calibration" / "perf_model.csv"
+def refit(repo_root: Path) -> tuple[list[PerfRow], CalibrationFit]:
+    path = repo_root / "examples" / "calibration" / "perf_model.csv"
     with path.open() as fh:
         rows = parse_perf_rows(fh)
     fit = fit_calibration_file(path)

@@ -16,9 +16,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from tandem.api.validate import load_inference_service
-from tandem.build import Owner, build_children
-from tandem.build.drain import DRAIN_SCRIPT, SETTLE_S, build_drain_command
 from tandem.local.processes import free_port
+from tandem.manifests import Owner, build_children
+from tandem.manifests.drain import DRAIN_SCRIPT, SETTLE_S, build_drain_command
 from tests.engine.conftest import MODEL_NAME, StartServer, state_of
 from tests.factories import make_manifest
 from tests.support import eventually

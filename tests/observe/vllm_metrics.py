@@ -1,7 +1,7 @@
 """A vLLM-shaped ``/metrics`` page built with prometheus_client, as vLLM builds it.
 
 Names, label names and buckets follow vLLM 0.34's ``PrometheusStatLogger``
-(``shared/VLLM.md`` §1): counters are declared without ``_total`` (prometheus_client
+(``vllm/v1/metrics/loggers.py``): counters are declared without ``_total`` (prometheus_client
 adds it), every core metric carries ``model_name`` and ``engine``, and
 ``vllm:cache_config_info`` carries the cache config as labels.
 """

@@ -9,12 +9,12 @@ from typing import Any
 from tandem.api import InferenceService
 from tandem.api.validate import load_inference_service
 from tandem.sim.compare import Scenario, build_scenario
-from tandem.sim.trace import TraceRequest, parse_trace, slice_trace
-from tandem.sim.workload import scale_rate
+from tandem.traces.parse import TraceRequest, parse_trace, slice_trace
+from tandem.traces.rate import scale_rate
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-CONV = SHARED / "traces" / "AzureLLMInferenceTrace_conv.csv"
-CODE = SHARED / "traces" / "AzureLLMInferenceTrace_code.csv"
+TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
+CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
 
 
 def make_isvc(

@@ -9,7 +9,7 @@ from tandem.sim.oracle import compute_demand, compute_oracle, compute_schedule_s
 from tandem.sim.results import RunResult, summarize
 from tandem.sim.simulation import Simulation, SimulationOptions
 from tandem.sim.spec import build_fleet_plan
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 from tests.sim.factories import conv_slice, make_isvc, make_scenario, make_trace
 
 

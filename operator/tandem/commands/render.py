@@ -24,9 +24,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
+    from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.build import Owner, build_children
-    from tandem.commands.manifests import ManifestError, read_documents
+    from tandem.manifests import Owner, build_children
 
     try:
         docs = read_documents(args.file)

@@ -63,13 +63,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.commands.manifests import ManifestError, read_documents
     from tandem.sim.compare import build_scenario, run_policy, validate_policies
     from tandem.sim.report import build_report, format_table
     from tandem.sim.spec import PlanError
-    from tandem.sim.trace import TraceError, parse_trace, slice_trace, trace_span_s
-    from tandem.sim.workload import scale_rate
+    from tandem.traces.parse import TraceError, parse_trace, slice_trace, trace_span_s
+    from tandem.traces.rate import scale_rate
 
     try:
         policies = validate_policies(args.policy or DEFAULT_POLICIES)

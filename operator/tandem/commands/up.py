@@ -51,10 +51,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.commands.manifests import ManifestError, read_documents
     from tandem.local.run import UpOptions, run_up
-    from tandem.sim.trace import TraceError, parse_trace
+    from tandem.traces.parse import TraceError, parse_trace
 
     if args.rate_scale <= 0:
         print("--rate-scale must be > 0", file=sys.stderr)

@@ -19,8 +19,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import validate_manifest
-    from tandem.commands.manifests import ManifestError, read_documents
 
     failed = False
     for file in args.files:

@@ -31,7 +31,6 @@ import aiohttp
 
 from tandem.api import InferenceService
 from tandem.api.validate import SpecError, load_inference_service
-from tandem.build.meta import ROLE_LABEL, SERVICE_LABEL, child_name
 from tandem.control.autoscale_metrics import AutoscalerSeries
 from tandem.control.children import ServiceKey
 from tandem.control.logs import object_logger
@@ -55,6 +54,7 @@ from tandem.kube import (
     patch_annotations,
     patch_scale,
 )
+from tandem.manifests.meta import ROLE_LABEL, SERVICE_LABEL, child_name
 from tandem.observe.prometheus import PrometheusSource
 from tandem.observe.promql import PromTarget
 from tandem.observe.scrape import Scraper

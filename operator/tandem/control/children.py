@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tandem.api import GROUP, KIND
-from tandem.build.meta import SERVICE_LABEL
+from tandem.manifests.meta import SERVICE_LABEL
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tandem"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tandem.api import InferenceService
-from tandem.build import router_url
-from tandem.build.meta import ENGINE_ROLES, child_name
+from tandem.manifests import router_url
+from tandem.manifests.meta import ENGINE_ROLES, child_name
 
 #: Condition types this module owns (the autoscaler owns ScalingActive, MetricsAvailable).
 OWNED_TYPES = frozenset({"Ready", "PrefillReady", "DecodeReady", "PoolReady", "RouterReady"})

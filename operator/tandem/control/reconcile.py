@@ -4,7 +4,7 @@ Create, update, resume, drift and resync all run this same function. It reads th
 service and its children from the caches (no API reads on the happy path), writes only
 what differs (:func:`tandem.kube.apply_object`), deletes children the desired state no
 longer has, and patches ``.status`` only when it changed. Decisions live in the pure
-modules: :mod:`tandem.build` (children), :mod:`tandem.control.children` (ownership,
+modules: :mod:`tandem.manifests` (children), :mod:`tandem.control.children` (ownership,
 staleness) and :mod:`tandem.control.conditions` (status).
 """
 
@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from tandem.api import API_VERSION, KIND
 from tandem.api.validate import SpecError, load_inference_service
-from tandem.build import Owner, autoscaled, build_children, build_initial_replicas
 from tandem.control.cache import ObjectCache
 from tandem.control.children import (
     ChildKey,
@@ -46,6 +45,7 @@ from tandem.kube import (
     delete_object,
 )
 from tandem.kube.semantic import applied_record
+from tandem.manifests import Owner, autoscaled, build_children, build_initial_replicas
 
 logger = logging.getLogger("tandem.control")
 Result = Literal["success", "invalid", "skipped"]

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api import InferenceService
-from tandem.build.meta import ROLE_LABEL, SERVICE_LABEL, child_name
 from tandem.control.cache import is_older
 from tandem.control.conditions import AUTOSCALER_TYPES, Condition, merge_conditions
+from tandem.manifests.meta import ROLE_LABEL, SERVICE_LABEL, child_name
 from tandem.observe.source import PoolTargets, metrics_url
 from tandem.policy.tick import DELETION_COST_ANNOTATION
 from tandem.policy.types import CAUSES, DRIVERS, PoolDecision

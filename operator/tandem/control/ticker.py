@@ -5,7 +5,7 @@ ticker that calls ``fn(TickContext)`` every ``interval_s(body)`` seconds (None: 
 service gets no ticks). A tick holds the service's work-queue lock, so it never runs
 concurrently with that service's reconcile; ticks stop when the service is deleted and
 run only on the leader (the whole runtime does). Nothing is stored in memory across ticks
-that a restart would lose: state belongs in ``.status`` (DESIGN.md).
+that a restart would lose: state belongs in ``.status`` (level-based reconcile).
 """
 
 from __future__ import annotations

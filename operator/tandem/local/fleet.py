@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 import aiohttp
 
 from tandem.api import InferenceService
-from tandem.build.vllm_args import build_sim_args
 from tandem.local.processes import EnginePod, check_ready, spawn_engine, stop_engine
+from tandem.manifests.vllm_args import build_sim_args
 from tandem.observe.source import PoolTargets, metrics_url
 
 

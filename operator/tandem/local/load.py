@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 
 
 @dataclass

@@ -30,7 +30,7 @@ from tandem.router.app import build_app, start_router
 from tandem.router.config import build_router_config
 from tandem.router.discovery import StaticDiscovery
 from tandem.router.proxy import ROUTER
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 
 
 @dataclass

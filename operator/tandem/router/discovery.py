@@ -28,7 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tandem.api import GROUP, PLURAL, VERSION
 from tandem.api.validate import SpecError, load_inference_service
-from tandem.build.meta import SERVICE_LABEL
+from tandem.manifests.meta import SERVICE_LABEL
 from tandem.router.config import RouterConfig, build_router_config
 from tandem.router.pods import PodTable
 from tandem.router.state import Router

@@ -106,8 +106,8 @@ def _cluster(args: argparse.Namespace) -> bool:
 
 
 def _load_manifest(path: Any) -> Any:
+    from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.commands.manifests import ManifestError, read_documents
 
     try:
         docs = read_documents(path)

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tandem.build.meta import ENGINE_ROLES, ROLE_LABEL, SERVICE_LABEL
-from tandem.build.meta import HTTP_PORT as DEFAULT_PORT
+from tandem.manifests.meta import ENGINE_ROLES, ROLE_LABEL, SERVICE_LABEL
+from tandem.manifests.meta import HTTP_PORT as DEFAULT_PORT
 
 
 def compute_pod_endpoint(pod: Mapping[str, Any], service: str) -> tuple[str, str] | None:

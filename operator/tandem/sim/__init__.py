@@ -4,7 +4,7 @@ Discrete events in virtual time (:mod:`~tandem.sim.events`: only events move tim
 handlers return the events they cause), deterministic for a seed. No I/O, no asyncio,
 no clock reads: the ``tandem simulate`` command reads files and times runs.
 
-* traces: :func:`parse_trace` (Azure CSV, Mooncake JSONL), :func:`scale_rate`;
+* traces come from :mod:`tandem.traces`;
 * the fleet: :func:`build_fleet_plan` from an InferenceService, :class:`Simulation`
   (engine pods from :mod:`tandem.engine.model`, the router's own selection, KV
   hand-off, cold starts, simulated Deployments, metrics sampled into the operator's
@@ -22,8 +22,6 @@ from tandem.sim.results import RunResult, summarize
 from tandem.sim.sampling import MetricsSampler, sample_fleet
 from tandem.sim.simulation import Simulation, SimulationOptions, Tick
 from tandem.sim.spec import FleetPlan, PoolPlan, build_fleet_plan
-from tandem.sim.trace import TraceError, TraceRequest, parse_trace
-from tandem.sim.workload import scale_rate, with_warmup
 
 __all__ = [
     "POLICIES",
@@ -37,16 +35,11 @@ __all__ = [
     "Simulation",
     "SimulationOptions",
     "Tick",
-    "TraceError",
-    "TraceRequest",
     "build_fleet_plan",
     "build_scenario",
     "compute_oracle",
-    "parse_trace",
     "replay",
     "run_policy",
     "sample_fleet",
-    "scale_rate",
     "summarize",
-    "with_warmup",
 ]

@@ -47,8 +47,8 @@ from tandem.sim.spec import (
     build_fleet_plan,
     build_policy_config,
 )
-from tandem.sim.trace import TraceRequest
-from tandem.sim.workload import with_warmup
+from tandem.traces.parse import TraceRequest
+from tandem.traces.rate import with_warmup
 
 #: Seconds of warm-up before the measured trace (its first 10 minutes, mirrored).
 DEFAULT_WARMUP_S = 600.0

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from tandem.sim.capacity import decode_batch_at_itl, decode_token_s, prefill_busy_s
 from tandem.sim.spec import FleetPlan, PoolPlan
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 
 DEFAULT_WINDOW_S = 10.0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 
 NAN = math.nan
 

@@ -25,7 +25,7 @@ from tandem.sim.requests import RequestTable
 from tandem.sim.router import SimRouter
 from tandem.sim.sampling import FleetSample, MetricsSampler, sample_fleet
 from tandem.sim.spec import FleetPlan
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 
 ROUTER_SCRAPE = 20
 SCRAPE = 21

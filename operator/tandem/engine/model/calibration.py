@@ -2,7 +2,7 @@
 
 The constants below were fitted by :func:`tandem.engine.model.calibrate.fit_calibration` on
 the SplitwiseSim profiling table (vLLM serving Llama-2-70B on A100-80GB and H100-80GB at
-TP 2, 4 and 8; ``traces/calibration/perf_model.csv`` in the shared reference folder); the
+TP 2, 4 and 8; ``examples/calibration/perf_model.csv`` in the repository); the
 fit is reproducible and ``bench/engine.py`` prints its error per row group. GPUs without
 measurements borrow the nearest family (H200 uses H100's factors, L40S uses A100's) and a
 TP size without measurements uses the nearest measured one (TP 1 uses TP 2: conservative,

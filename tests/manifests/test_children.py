@@ -11,8 +11,8 @@ import yaml
 
 from tandem.api import InferenceService
 from tandem.api.validate import load_inference_service
-from tandem.build import Owner, build_children, build_initial_replicas
-from tandem.build.meta import SPEC_HASH_ANNOTATION
+from tandem.manifests import Owner, build_children, build_initial_replicas
+from tandem.manifests.meta import SPEC_HASH_ANNOTATION
 from tests.factories import make_manifest, with_path
 
 K8S_VERSION = "1.30.0"

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.api import InferenceService
-from tandem.build.engine import autoscaled, build_engine_deployment
-from tandem.build.meta import Owner, child_name
-from tandem.build.monitoring import build_monitors
-from tandem.build.network import build_engine_service, build_network_policy, build_pdb
-from tandem.build.router import (
+from tandem.manifests.engine import autoscaled, build_engine_deployment
+from tandem.manifests.meta import Owner, child_name
+from tandem.manifests.monitoring import build_monitors
+from tandem.manifests.network import build_engine_service, build_network_policy, build_pdb
+from tandem.manifests.router import (
     build_router_deployment,
     build_router_rbac,
     build_router_service,

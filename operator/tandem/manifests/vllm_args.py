@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api import InferenceService, PoolSpec
-from tandem.build.meta import HTTP_PORT
+from tandem.manifests.meta import HTTP_PORT
 
 MODELS_MOUNT = "/models"
 

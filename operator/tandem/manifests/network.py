@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.api import InferenceService
-from tandem.build.meta import (
+from tandem.manifests.meta import (
     HTTP_PORT,
     OPERATOR_POD_LABELS,
     ROLE_LABEL,

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from tandem.sim.trace import TraceRequest
-from tandem.sim.workload import scale_rate, with_warmup
+from tandem.traces.parse import TraceRequest
+from tandem.traces.rate import scale_rate, with_warmup
 from tests.sim.factories import make_trace
 
 

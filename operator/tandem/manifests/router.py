@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.api import GROUP, PLURAL, InferenceService
-from tandem.build.images import TANDEM_IMAGE
-from tandem.build.meta import (
+from tandem.manifests.images import TANDEM_IMAGE
+from tandem.manifests.meta import (
     HTTP_PORT,
     Owner,
     child_name,

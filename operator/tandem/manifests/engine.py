@@ -3,7 +3,7 @@
 vLLM pods get their exact ``vllm serve`` arguments, the NIXL side-channel host from the
 pod IP, probes sized for slow weight loading, a memory-backed ``/dev/shm``, GPU requests,
 and a drain before exit: a ``preStop`` hook that waits for the running sequences
-(:mod:`tandem.build.drain`), then vLLM's own drain on SIGTERM. ``engine.backend: sim``
+(:mod:`tandem.manifests.drain`), then vLLM's own drain on SIGTERM. ``engine.backend: sim``
 runs the simulated engine on CPU instead, as a non-root, read-only container.
 """
 
@@ -13,9 +13,9 @@ import math
 from typing import Any
 
 from tandem.api import InferenceService, PoolSpec
-from tandem.build.drain import SETTLE_S, build_drain_command, compute_grace_period_s
-from tandem.build.images import TANDEM_IMAGE, VLLM_IMAGE
-from tandem.build.meta import (
+from tandem.manifests.drain import SETTLE_S, build_drain_command, compute_grace_period_s
+from tandem.manifests.images import TANDEM_IMAGE, VLLM_IMAGE
+from tandem.manifests.meta import (
     HTTP_PORT,
     INITIAL_REPLICAS_ANNOTATION,
     NIXL_SIDE_CHANNEL_PORT,
@@ -26,7 +26,12 @@ from tandem.build.meta import (
     selector_labels,
     with_spec_hash,
 )
-from tandem.build.vllm_args import MODELS_MOUNT, build_sim_args, build_vllm_args, parse_model_uri
+from tandem.manifests.vllm_args import (
+    MODELS_MOUNT,
+    build_sim_args,
+    build_vllm_args,
+    parse_model_uri,
+)
 
 SIM_UID = 10001
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from tandem.api import InferenceService
 from tandem.api.durations import format_duration
-from tandem.build.meta import (
+from tandem.manifests.meta import (
     ROLE_LABEL,
     SERVICE_LABEL,
     Owner,

@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from tandem.sim.trace import TraceRequest
+from tandem.traces.parse import TraceRequest
 
 
 def scale_rate(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.sim.trace import (
+from tandem.traces.parse import (
     TraceError,
     parse_azure_csv,
     parse_jsonl,
