@@ -131,7 +131,7 @@ def test_time_limit_aborts_what_is_left() -> None:
 
 @pytest.mark.parametrize("policy", ["tandem", "keda", "llm-d", "aggregated"])
 def test_exact_engine_gives_the_same_run(policy: str) -> None:
-    """The fast engine with batched, on-demand steps against the engine model stepped as
+    """Steady decoding with batched, on-demand steps against every sequence visited and
     one event per iteration: the same run, to the last bit. A small router admission
     limit makes some requests wait at the door (429), which reads in-flight counts."""
     isvc = make_isvc(router={"replicas": 1, "maxInflight": 40})

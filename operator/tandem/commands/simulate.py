@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--exact-engine",
         action="store_true",
-        help="step the engine model itself instead of its fast path (slower, same results)",
+        help="visit every sequence every iteration, no steady decoding (slower, same results)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

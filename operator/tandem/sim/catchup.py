@@ -7,7 +7,7 @@ instead, whenever anything reads it (the router choosing among its pool, a reque
 sent to it, the router's and the autoscaler's scrapes, timeline points, a scale-down),
 every iteration that ended by then is applied first, in order and at its own end
 time, with runs of steady iterations computed in one call
-(:meth:`~tandem.sim.fastdecode.FastDecodeEngine.run_steady`). Nothing is observed
+(:meth:`~tandem.engine.model.Engine.run_steady`). Nothing is observed
 before it would have happened, so a run is the same as stepping each iteration as an
 event (``tests/sim`` compares the two). A pod is eager again while a queued request
 will start a KV pull, while it drains, and when it goes idle.
@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tandem.sim.events import NewEvent
-from tandem.sim.fastdecode import FastDecodeEngine
 from tandem.sim.pod import READY, Pod
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ def can_be_lazy(pod: Pod) -> bool:
     return (
         pod.role != "prefill"
         and pod.state == READY
-        and isinstance(engine, FastDecodeEngine)
+        and engine.config.steady_decode
         and engine.lazy_ok
     )
 
@@ -51,7 +50,6 @@ class CatchUp:
         if not pod.lazy:
             return []
         engine = pod.engine
-        assert isinstance(engine, FastDecodeEngine)
         flow = self.flow
         events: list[NewEvent] = []
         gaps = self._gaps
@@ -65,7 +63,7 @@ class CatchUp:
                 pod.pending = None
                 events.extend(flow.tokens_done(pod.busy_until_s, pod, done))
                 gaps.clear()
-                steady = engine.sched.steady.count
+                steady = engine.scheduler.steady.count
                 result = engine.run_steady(engine.last_end_s, t, gaps)
                 if gaps:
                     flow.record_gaps(pod, gaps, steady)

@@ -21,9 +21,8 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from tandem.engine.model import EngineRequest, RemoteKV
+from tandem.engine.model import EngineRequest, IterationResult, RemoteKV
 from tandem.sim.catchup import CatchUp, can_be_lazy
-from tandem.sim.engines import Step
 from tandem.sim.events import NewEvent
 from tandem.sim.fleet import Fleet
 from tandem.sim.pod import DRAINING, GONE, STARTING, Pod
@@ -186,7 +185,7 @@ class Flow:
                 events.append((max(timer, now), ITERATION, pod))
         return events
 
-    def _prefill_done(self, now: float, pod: Pod, r: Step) -> list[NewEvent]:
+    def _prefill_done(self, now: float, pod: Pod, r: IterationResult) -> list[NewEvent]:
         """Prompts whose KV is ready: on to a decode pod (their TTFT is the decode's)."""
         events: list[NewEvent] = []
         ep = pod.endpoint
@@ -218,7 +217,7 @@ class Flow:
         self.gaps_s.extend(gaps)
         self.gap_counts.extend([n] * len(gaps))
 
-    def tokens_done(self, now: float, pod: Pod, r: Step) -> list[NewEvent]:
+    def tokens_done(self, now: float, pod: Pod, r: IterationResult) -> list[NewEvent]:
         """Tokens reached clients: TTFT, inter-token gaps, finished answers."""
         counters = self.counters
         n = r.continuing

@@ -12,8 +12,8 @@ observed when each iteration ends.
 
 from __future__ import annotations
 
+from tandem.engine.model import Engine, IterationResult
 from tandem.router.selection import Endpoint
-from tandem.sim.engines import SimEngine, Step
 from tandem.sim.histogram import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S, BucketCounter
 
 STARTING = 0
@@ -49,9 +49,7 @@ class Pod:
         "ttft",
     )
 
-    def __init__(
-        self, number: int, role: str, engine: SimEngine, gpus: int, created_s: float
-    ) -> None:
+    def __init__(self, number: int, role: str, engine: Engine, gpus: int, created_s: float) -> None:
         self.number = number
         self.role = role
         self.name = f"{role}-{number}"
@@ -67,7 +65,7 @@ class Pod:
         self.busy = False
         """An iteration is in flight; it ends at ``busy_until_s``."""
         self.busy_until_s = 0.0
-        self.pending: Step | None = None
+        self.pending: IterationResult | None = None
         """The iteration in flight; its tokens count at its end."""
         self.kicked = False
         """A step at the current instant is already scheduled."""

@@ -17,8 +17,6 @@ from tandem.api import InferenceService
 from tandem.engine.model import CostModel, Engine, EngineConfig, get_model
 from tandem.policy.config import LatencyTargets, PolicyConfig, compute_policy_config
 from tandem.router.config import RouterConfig, build_router_config
-from tandem.sim.engines import ModelEngine, SimEngine
-from tandem.sim.fastdecode import FastDecodeEngine, supports
 
 #: NIXL over one 400 Gb/s RDMA NIC: 50 GB/s (the engine model's default), bytes/s.
 DEFAULT_KV_LINK_BYTES_PER_S = 50e9
@@ -47,14 +45,14 @@ class PoolPlan:
     max_replicas: int
     initial_replicas: int
     exact_engine: bool = False
-    """Step the engine model itself even where the fast decode path reproduces it."""
+    """Visit every sequence every iteration (no steady-decode shortcut): the same run,
+    slower; a check of the shortcut on whole simulations."""
 
-    def new_engine(self) -> SimEngine:
-        """The engine model's fast path (:mod:`tandem.sim.fastdecode`) when the
-        configuration is one it reproduces, else the engine model itself."""
-        if not self.exact_engine and supports(self.engine_config):
-            return FastDecodeEngine(self.engine_config, self.cost)
-        return ModelEngine(self.engine_config, self.cost)
+    def new_engine(self) -> Engine:
+        """An engine model for one pod; decoding sequences kept steady (O(1) per
+        iteration, :mod:`tandem.engine.model.steady`) unless ``exact_engine``."""
+        config = replace(self.engine_config, steady_decode=not self.exact_engine)
+        return Engine(config, self.cost)
 
     @property
     def kv_capacity_tokens(self) -> int:

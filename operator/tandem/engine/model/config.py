@@ -51,6 +51,12 @@ class EngineConfig:
     ``external``: the driver reports completion with ``Engine.complete_kv_transfer``."""
     kv_load_failure_policy: KVLoadFailurePolicy = "fail"
     """A failed KV load ends the request with ``error`` or re-runs its prefill locally."""
+    steady_decode: bool = False
+    """Keep decoding sequences implicit (:mod:`tandem.engine.model.steady`): the same
+    iterations, at O(1) per iteration instead of O(batch), but results list only the
+    other sequences in ``emitted`` (steady ones are counted in ``num_steady``). For
+    drivers that need token counts and gaps, not each token's request: the fleet
+    simulator. Off for a server streaming every token. Continuous batching only."""
 
     def __post_init__(self) -> None:
         positive = ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "block_size")

@@ -19,10 +19,15 @@ decode step of 64 sequences at 1,000 tokens of context::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from tandem.engine.model.calibration import Calibration, lookup_calibration
 from tandem.engine.model.presets import GpuSpec, ModelSpec
+
+#: (compute tokens, attention pairs, sequences, KV read tokens, sampled) -> seconds
+IterationTime = Callable[[int, float, int, int, int], float]
 
 
 @dataclass(frozen=True)
@@ -62,19 +67,33 @@ class CostModel:
         ``kv_read_tokens``: cached tokens read by attention; ``num_sampled``: sequences that
         sample a token this iteration.
         """
-        m = self.model
-        c = self.calib
-        flops = (
-            2.0 * m.matmul_params * compute_tokens
-            + 2.0 * m.lm_head_params * num_sampled
-            + m.attn_flops_per_pair * attn_pairs
+        return self.iteration_fn(compute_tokens, attn_pairs, num_seqs, kv_read_tokens, num_sampled)
+
+    @cached_property
+    def iteration_fn(self) -> IterationTime:
+        """:meth:`iteration_s` as a plain function with the model's constants folded in:
+        what the engine's hot loop calls (no attribute lookups per iteration)."""
+        m, c, gpu, tp = self.model, self.calib, self.gpu, self.tensor_parallel
+        k_tokens = 2.0 * m.matmul_params
+        k_sampled = 2.0 * m.lm_head_params
+        k_pairs = m.attn_flops_per_pair
+        weights = m.weight_bytes
+        kv_bytes = m.kv_bytes_per_token
+        flops_s = tp * gpu.peak_flops * c.compute_efficiency
+        bytes_s = tp * gpu.hbm_bytes_per_s * c.memory_efficiency
+        layers, per_layer, per_seq = (
+            m.num_layers,
+            c.overhead_s_per_layer,
+            c.seq_overhead_s_per_layer,
         )
-        nbytes = m.weight_bytes + m.kv_bytes_per_token * (kv_read_tokens + compute_tokens)
-        tp = self.tensor_parallel
-        compute_s = flops / (tp * self.gpu.peak_flops * c.compute_efficiency)
-        memory_s = nbytes / (tp * self.gpu.hbm_bytes_per_s * c.memory_efficiency)
-        overhead_s = m.num_layers * (c.overhead_s_per_layer + c.seq_overhead_s_per_layer * num_seqs)
-        return overhead_s + max(compute_s, memory_s)
+
+        def iteration_s(tokens: int, pairs: float, seqs: int, kv_read: int, sampled: int) -> float:
+            compute_s = (k_tokens * tokens + k_sampled * sampled + k_pairs * pairs) / flops_s
+            memory_s = (weights + kv_bytes * (kv_read + tokens)) / bytes_s
+            overhead_s = layers * (per_layer + per_seq * seqs)
+            return overhead_s + (compute_s if compute_s > memory_s else memory_s)
+
+        return iteration_s
 
     def prefill_s(self, prompt_tokens: int, batch_size: int = 1) -> float:
         """Seconds to prefill ``batch_size`` prompts of ``prompt_tokens`` in one pass."""

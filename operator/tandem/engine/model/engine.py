@@ -5,7 +5,12 @@ and the fleet simulator (virtual time, an event heap). A driver calls
 :meth:`Engine.add_request` as requests arrive, :meth:`Engine.step` whenever the previous
 iteration has ended (``result.end_s``), and :meth:`Engine.next_timer_s` to know when an idle
 engine next needs a step (a KV transfer finishing, a lease expiring). Nothing here reads a
-clock. Per-iteration work is O(scheduled sequences).
+clock.
+
+Per-iteration work is O(scheduled sequences), or O(1) for decoding sequences with
+``EngineConfig.steady_decode`` (the simulator's setting; :mod:`~tandem.engine.model.steady`):
+then an iteration of decodes alone costs O(requests finishing), and
+:meth:`Engine.run_steady` applies a run of such iterations in one call.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from tandem.engine.model.request import (
     HeldKV,
     IterationResult,
 )
-from tandem.engine.model.scheduler import Scheduler
+from tandem.engine.model.scheduler import Batch, Scheduler
 from tandem.engine.model.sequence import (
     DONE,
     HELD,
@@ -43,10 +48,13 @@ class Engine:
         self.config = config
         self.cost = cost
         self.scheduler = Scheduler(config, cost)
+        self._iteration_s = cost.iteration_fn
         self._seqs: dict[str, Sequence] = {}
         self._held: dict[str, tuple[Sequence, float]] = {}
         self._held_heap: list[tuple[float, int, str]] = []
         self._order = 0
+        self.last_end_s = 0.0
+        """When the latest non-idle iteration ended."""
         self.prompt_tokens_total = 0
         self.prompt_tokens_cache_hit_total = 0
         self.prompt_tokens_external_total = 0
@@ -83,7 +91,7 @@ class Engine:
 
     @property
     def num_running(self) -> int:
-        return len(self.scheduler.running)
+        return self.scheduler.live
 
     @property
     def num_waiting(self) -> int:
@@ -97,15 +105,34 @@ class Engine:
         return self.scheduler.kv.usage
 
     @property
+    def kv_blocks_used(self) -> int:
+        return self.scheduler.kv.num_used_blocks
+
+    @property
+    def preemptions_total(self) -> int:
+        return self.scheduler.preemptions
+
+    @property
+    def requests_finished_total(self) -> int:
+        return sum(self.finished_by_reason.values())
+
+    @property
     def has_work(self) -> bool:
         """True when a step could run something (it may still be blocked on KV space)."""
         sched = self.scheduler
-        return bool(sched.running or sched.kv_ready) or len(sched.waiting) > 0
+        return bool(sched.live or sched.kv_ready) or len(sched.waiting) > 0
 
     @property
     def waiting_prompt_tokens(self) -> int:
         """Prompt tokens of queued requests (admission control); O(queue length)."""
         return sum(seq.prompt_tokens for seq in self.scheduler.waiting)
+
+    @property
+    def lazy_ok(self) -> bool:
+        """Whether the next iterations can be applied whenever someone looks rather than
+        as they end: no queued request will start a KV pull (an event for its prefill
+        pod) and no lease can expire (prefill role)."""
+        return not self._held and all(seq.remote is None for seq in self.scheduler.waiting)
 
     def next_timer_s(self) -> float | None:
         """Earliest pending KV-transfer completion (timed mode) or lease expiry, or None."""
@@ -143,88 +170,92 @@ class Engine:
     def step(self, now_s: float) -> IterationResult:
         """Run one iteration starting at ``now_s``; its tokens count as emitted at end_s."""
         sched = self.scheduler
-        expired = self._expire_leases(now_s) if self._held_heap else ()
+        expired: tuple[str, ...] = ()
+        if self._held_heap and self._held_heap[0][0] <= now_s:
+            expired = self._expire_leases(now_s)
         if sched.transfer_heap and sched.transfer_heap[0][0] <= now_s:
-            self._complete_due_transfers(now_s)
-        batch = sched.schedule(now_s)
-        for _ in range(2):
-            # Preempting the only runnable sequences can empty a batch that a second pass,
-            # with those blocks free, would fill; an idle result must mean "blocked".
-            if batch.seqs or not batch.preempted:
-                break
-            retry = sched.schedule(now_s)
-            retry.preempted[:0] = batch.preempted
-            retry.transfers[:0] = batch.transfers
-            batch = retry
-        seqs, tokens = batch.seqs, batch.tokens
-        if not seqs:
+            for seq in sched.complete_due_transfers(now_s):
+                sched.mark_kv_ready(seq)
+        g = sched.steady_only()
+        if g is not None:
+            return self._steady_only(now_s, g, sched.steady.count, expired)
+        batch = sched.schedule(now_s, self.last_end_s)
+        if not batch.seqs and not batch.steady:
             return IterationResult(
-                now_s,
-                0.0,
-                0,
-                0,
-                0,
-                (),
-                (),
-                (),
-                tuple(batch.preempted),
-                tuple(batch.transfers),
-                expired,
-            )
+                now_s, 0.0, 0, 0, 0, (), 0, (), (), tuple(batch.preempted),
+                tuple(batch.transfers), expired, 0, 0.0, (),
+            )  # fmt: skip
         args = batch.cost_args
         if args is None:
-            pairs = 0.0
-            kv_read = sampled = 0
-            for seq, n in zip(seqs, tokens, strict=True):
+            steady = batch.steady
+            kv_read = sched.steady.kv_read(sched.iteration) if steady else 0
+            pairs = float(kv_read + steady)
+            sampled = steady
+            for seq, n in zip(batch.seqs, batch.tokens, strict=True):
                 c = seq.num_computed
                 pairs += n * c + n * (n + 1) * 0.5
                 kv_read += c
                 if c + n == seq.num_tokens:
                     sampled += 1
-            args = (batch.num_tokens, pairs, len(seqs), kv_read, sampled)
-        duration_s = self.cost.iteration_s(*args)
-        end_s = now_s + duration_s
-        emitted: list[str] = []
-        first: list[str] = []
-        finished: list[FinishedRequest] = []
-        decode_tokens = 0
-        caching = self.config.enable_prefix_caching and self.config.batching == "continuous"
-        for seq, n in zip(seqs, tokens, strict=True):
-            if n == 1 and seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:
-                decode_tokens += 1
-            seq.num_computed += n
-            if caching and seq.num_hashed < len(seq.req.block_hashes):
-                self._register_blocks(seq)
-            if seq.num_computed == seq.num_tokens:
-                seq.num_output += 1
-                seq.num_tokens += 1
-                emitted.append(seq.request_id)
-                if seq.first_token_s is None:
-                    seq.first_token_s = end_s
-                    first.append(seq.request_id)
-                    self._count_prompt(seq)
-                if seq.num_output >= seq.max_tokens:
-                    finished.append(self._finish(seq, "length", end_s))
-                elif seq.stop_after is not None and seq.num_output >= seq.stop_after:
-                    finished.append(self._finish(seq, "stop", end_s))
-        if finished:
-            sched.running = [s for s in sched.running if s.status == RUNNING]
-        self.generation_tokens_total += len(emitted)
-        self.iterations_total += 1
-        self.busy_s_total += duration_s
-        return IterationResult(
-            now_s,
-            duration_s,
-            len(seqs),
-            batch.num_tokens - decode_tokens,
-            decode_tokens,
-            tuple(emitted),
-            tuple(first),
-            tuple(finished),
-            tuple(batch.preempted),
-            tuple(batch.transfers),
-            expired,
-        )
+            args = (batch.num_tokens, pairs, steady + len(batch.seqs), kv_read, sampled)
+        duration_s = self._iteration_s(*args)
+        return self._apply(now_s, now_s + duration_s, duration_s, batch, expired)
+
+    def run_steady(self, now_s: float, until_s: float, gaps: list[float]) -> IterationResult | None:
+        """Back-to-back iterations of steady sequences alone, the first starting at
+        ``now_s``: each that ends by ``until_s`` and finishes nobody is applied here, its
+        inter-token gap appended to ``gaps`` (for every steady sequence, a number that
+        does not change meanwhile); the first that does not (it ends later, or finishes
+        requests) is started and returned as :meth:`step` would return it. None when the
+        next iteration is not steady-only: then call :meth:`step` at ``last_end_s``.
+
+        The same iterations as calling :meth:`step` at each end, without building a
+        result for each (the simulator's batched engine steps).
+        """
+        sched = self.scheduler
+        steady_set = sched.steady
+        steady = steady_set.count
+        if not steady or sched.explicit or sched.kv_ready or len(sched.waiting):
+            return None
+        if steady >= self.config.max_num_batched_tokens:
+            return None
+        # Constant over the run (nobody joins or leaves until it stops): hoisted.
+        residue, bs, heap = steady_set.residue, steady_set.block_size, steady_set.heap
+        base = steady_set.sum_c0 - steady_set.sum_g0
+        iteration_s = self._iteration_s
+        kv = sched.kv
+        transfers, held = sched.transfer_heap, self._held_heap
+        start = now_s
+        g = sched.iteration
+        n = 0
+        last_end = self.last_end_s
+        result: IterationResult | None = None
+        while True:
+            if (transfers and transfers[0][0] <= start) or (held and held[0][0] <= start):
+                break
+            g1 = g + 1
+            needed = residue[g1 % bs]
+            if needed and not kv.allocate(needed):
+                break
+            sched.iteration = g = g1
+            kv_read = base + steady * g
+            duration = iteration_s(steady, float(kv_read + steady), steady, kv_read, steady)
+            end = start + duration
+            while heap and heap[0][0] < g:
+                heapq.heappop(heap)  # stale: its sequence left the set (SteadySet.due_at)
+            if end > until_s or (heap and heap[0][0] == g):
+                result = self._steady_only(start, g, steady, (), duration, last_end)
+                break
+            n += 1
+            gaps.append(end - last_end)
+            last_end = end
+            self.busy_s_total += duration
+            start = end
+        self.generation_tokens_total += steady * n
+        self.iterations_total += n
+        if result is None:
+            self.last_end_s = last_end
+        return result
 
     def abort(self, request_id: str, now_s: float) -> FinishedRequest | None:
         """Remove a request wherever it is and free its blocks (client disconnect).
@@ -237,10 +268,12 @@ class Engine:
             self.release_kv(request_id)
             return None
         sched = self.scheduler
+        if seq.steady:
+            sched.unsteady(seq, sched.iteration + 1, self.last_end_s)
         if seq.status == WAITING:
             sched.waiting.discard(seq)
         elif seq.status == RUNNING:
-            sched.running.remove(seq)
+            sched.explicit.remove(seq)
         elif seq.status == TRANSFERRING:
             del sched.transferring[request_id]
         elif seq.status == KV_READY:
@@ -274,16 +307,14 @@ class Engine:
         ``kv_load_failure_policy="recompute"``, re-runs its prefill locally. Returns the
         record of a request that ended."""
         sched = self.scheduler
-        seq = sched.transferring.pop(request_id, None)
+        seq = sched.transferring.get(request_id)
         if seq is None:
             return None
-        seq.remote = None
         if ok:
-            seq.num_computed = seq.prompt_tokens - 1
-            seq.external_tokens = seq.prompt_tokens - 1
-            seq.status = KV_READY
-            sched.kv_ready.append(seq)
+            sched.mark_kv_ready(seq)
             return None
+        del sched.transferring[request_id]
+        seq.remote = None
         self.kv_load_failures_total += 1
         if self.config.kv_load_failure_policy == "fail":
             return self._finish(seq, "error", now_s)
@@ -294,6 +325,113 @@ class Engine:
         return None
 
     # -- internals -------------------------------------------------------------------
+
+    def _steady_only(
+        self,
+        start: float,
+        g: int,
+        steady: int,
+        expired: tuple[str, ...],
+        duration: float | None = None,
+        prev_end: float | None = None,
+    ) -> IterationResult:
+        """An iteration of steady sequences only (the common case), in O(finishes);
+        ``prev_end``: when the previous iteration ended, if not ``last_end_s``."""
+        if duration is None:
+            kv_read = self.scheduler.steady.kv_read(g)
+            duration = self._iteration_s(steady, float(kv_read + steady), steady, kv_read, steady)
+        end = start + duration
+        finished: tuple[FinishedRequest, ...] = ()
+        if self.scheduler.steady.due_at(g):
+            finished = tuple(self._finish_steady(g, end))
+        self.generation_tokens_total += steady
+        self.iterations_total += 1
+        self.busy_s_total += duration
+        if prev_end is None:
+            prev_end = self.last_end_s
+        self.last_end_s = end
+        return IterationResult(
+            start, duration, steady, 0, steady, (), steady, (), finished, (), (), expired,
+            steady, end - prev_end, (),
+        )  # fmt: skip
+
+    def _finish_steady(self, g: int, end: float) -> list[FinishedRequest]:
+        """Steady sequences whose last token is pass ``g``'s."""
+        sched = self.scheduler
+        bs = sched.bs
+        finished: list[FinishedRequest] = []
+        for seq in sched.steady.pop_due(g):
+            c = seq.c0 + (g - seq.g0) + 1
+            seq.num_computed, seq.num_tokens, seq.num_output = c, c + 1, seq.limit
+            seq.private_blocks = -(-c // bs) - len(seq.shared)
+            seq.last_emit_s = end
+            reason: FinishReason = "length" if seq.limit >= seq.max_tokens else "stop"
+            finished.append(self._finish(seq, reason, end))
+        return finished
+
+    def _apply(
+        self,
+        start: float,
+        end: float,
+        duration: float,
+        batch: Batch,
+        expired: tuple[str, ...],
+    ) -> IterationResult:
+        """The effects of an iteration that ends at ``end``: tokens, finishes, gaps."""
+        sched = self.scheduler
+        cfg = self.config
+        g = sched.iteration
+        steady = batch.steady
+        steady_set = sched.steady
+        finished = self._finish_steady(g, end) if steady_set.heap and steady_set.due_at(g) else []
+        emitted: list[str] = []
+        first: list[str] = []
+        others: list[float] = []
+        continuing = steady
+        decode_tokens = steady
+        prev_end = self.last_end_s
+        caching = cfg.enable_prefix_caching and cfg.batching == "continuous"
+        steady_ok = sched.steady_ok
+        for seq, n in zip(batch.seqs, batch.tokens, strict=True):
+            if n == 1 and seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:
+                decode_tokens += 1
+            seq.num_computed += n
+            if caching and seq.num_hashed < len(seq.req.block_hashes):
+                self._register_blocks(seq)
+            if seq.num_computed != seq.num_tokens:
+                continue
+            seq.num_output += 1
+            seq.num_tokens += 1
+            emitted.append(seq.request_id)
+            if seq.first_token_s is None:
+                seq.first_token_s = end
+                first.append(seq.request_id)
+                self._count_prompt(seq)
+            elif seq.last_emit_s == prev_end:
+                continuing += 1
+            elif seq.last_emit_s is not None:
+                others.append(end - seq.last_emit_s)
+            seq.last_emit_s = end
+            if seq.num_output >= seq.max_tokens:
+                finished.append(self._finish(seq, "length", end))
+            elif seq.stop_after is not None and seq.num_output >= seq.stop_after:
+                finished.append(self._finish(seq, "stop", end))
+            elif steady_ok and (not caching or seq.num_hashed >= len(seq.req.block_hashes)):
+                steady_set.add(seq, g + 1)
+        if batch.seqs:
+            sched.settle()
+        self.generation_tokens_total += len(emitted) + steady
+        self.iterations_total += 1
+        self.busy_s_total += duration
+        self.last_end_s = end
+        if len(others) > 1:
+            others.sort()
+        return IterationResult(
+            start, duration, steady + len(batch.seqs), batch.num_tokens - decode_tokens,
+            decode_tokens, tuple(emitted), steady, tuple(first), tuple(finished),
+            tuple(batch.preempted), tuple(batch.transfers), expired, continuing,
+            end - prev_end, tuple(others),
+        )  # fmt: skip
 
     def _count_prompt(self, seq: Sequence) -> None:
         self.prompt_tokens_total += seq.prompt_tokens
@@ -311,20 +449,23 @@ class Engine:
         seq.num_hashed = max(seq.num_hashed, upto)
 
     def _finish(self, seq: Sequence, reason: FinishReason, now_s: float) -> FinishedRequest:
+        sched = self.scheduler
+        if seq.status == RUNNING:
+            sched.live -= 1
         blocks = seq.num_blocks
         hold = seq.req.hold_kv_for_remote and reason in ("stop", "length")
         del self._seqs[seq.request_id]
         if hold:
             old = self._held.pop(seq.request_id, None)
             if old is not None:
-                self.scheduler.free_blocks(old[0])
+                sched.free_blocks(old[0])
             seq.status = HELD
             expiry_s = now_s + self.config.kv_lease_s
             self._held[seq.request_id] = (seq, expiry_s)
             heapq.heappush(self._held_heap, (expiry_s, seq.order, seq.request_id))
         else:
             seq.status = DONE
-            self.scheduler.free_blocks(seq)
+            sched.free_blocks(seq)
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
         return FinishedRequest(
             seq.request_id,
@@ -354,14 +495,6 @@ class Engine:
             self.kv_expired_total += 1
             expired.append(request_id)
         return tuple(expired)
-
-    def _complete_due_transfers(self, now_s: float) -> None:
-        heap = self.scheduler.transfer_heap
-        while heap and heap[0][0] <= now_s:
-            _, order, request_id = heapq.heappop(heap)
-            seq = self.scheduler.transferring.get(request_id)
-            if seq is not None and seq.order == order:
-                self.complete_kv_transfer(request_id, True, now_s)
 
     def stats(self) -> EngineStats:
         """A snapshot for metrics; O(requests in the engine), so call it per scrape."""

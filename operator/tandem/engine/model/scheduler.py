@@ -2,11 +2,23 @@
 
 Continuous batching (Orca, vLLM V1): every iteration spends a token budget on one decode
 token per running sequence plus prompt chunks, at most ``max_num_seqs`` sequences; requests
-join and leave between iterations. When a running sequence needs a block and none is free,
-the scheduler preempts by recompute (FCFS: the latest admitted; priority: the highest
-``priority`` value, latest arrival on ties) until it fits. Static batching forms a batch,
-reserves each member's worst-case blocks, and runs it to completion; its cost is padded to
-the batch's longest prompt and full size, as a padded tensor would be.
+join and leave between iterations. Decode-first (vLLM V1) schedules the running sequences
+in admission order, then admits waiting ones (KV pulls finished first, then the waiting
+queue, which starts KV pulls for remote prompts); prefill-first schedules running
+prefills, admits, and gives decodes what is left. When a running sequence needs a block
+and none is free, the scheduler preempts by recompute (FCFS: the latest admitted;
+priority: the highest ``priority`` value, latest arrival on ties) until it fits. Static
+batching forms a batch, reserves each member's worst-case blocks, and runs it to
+completion; its cost is padded to the batch's longest prompt and full size, as a padded
+tensor would be.
+
+With ``steady_decode``, sequences that decode one token per iteration are held in the
+:class:`~tandem.engine.model.steady.SteadySet` and scheduled together in O(1) whenever
+that gives exactly what the per-sequence pass would: every running sequence fits the
+budget and the free blocks (so order cannot matter), or the one that does not fit the
+budget is the last admitted. Otherwise they are made explicit (:meth:`materialize`) and
+the per-sequence pass runs. ``tests/engine/test_steady.py`` steps engines with and without
+the shortcut on random workloads and checks every iteration agrees.
 """
 
 from __future__ import annotations
@@ -19,21 +31,30 @@ from tandem.engine.model.cost import CostModel
 from tandem.engine.model.kvcache import KVCache
 from tandem.engine.model.queues import WaitingQueue
 from tandem.engine.model.request import KVTransferStart
-from tandem.engine.model.sequence import RUNNING, TRANSFERRING, WAITING, Sequence
+from tandem.engine.model.sequence import KV_READY, RUNNING, TRANSFERRING, WAITING, Sequence
+from tandem.engine.model.steady import SteadySet
 
 #: cost-model arguments: (compute tokens, attention pairs, seqs, KV read tokens, sampled)
 CostArgs = tuple[int, float, int, int, int]
+
+#: Scheduling passes per step: preempting the only runnable sequences can empty a batch
+#: that a second pass, with those blocks free, would fill; an idle step means "blocked".
+PASSES = 3
 
 
 class Batch:
     """What one iteration runs (internal)."""
 
-    __slots__ = ("cost_args", "num_tokens", "preempted", "seqs", "tokens", "transfers")
+    __slots__ = ("cost_args", "num_tokens", "preempted", "seqs", "steady", "tokens", "transfers")
 
     def __init__(self) -> None:
         self.seqs: list[Sequence] = []
+        """Explicit sequences, in the order the pass scheduled them."""
         self.tokens: list[int] = []
         self.num_tokens = 0
+        """Every token computed, steady sequences' included."""
+        self.steady = 0
+        """Steady sequences in this iteration (one token each)."""
         self.preempted: list[str] = []
         self.transfers: list[KVTransferStart] = []
         self.cost_args: CostArgs | None = None
@@ -53,20 +74,29 @@ class Batch:
 
 
 class Scheduler:
-    """Running list, waiting queue, transfers in flight and the KV cache of one engine."""
+    """Running sequences, waiting queue, transfers in flight and the KV cache of one engine."""
 
     def __init__(self, config: EngineConfig, cost: CostModel) -> None:
         self.config = config
         self.cost = cost
+        self.bs = config.block_size
         self.kv = KVCache(config.num_gpu_blocks, config.block_size)
         self.waiting = WaitingQueue(config.scheduling_policy == "priority")
         self.running: list[Sequence] = []
+        """Admission order; entries that finished are dropped lazily (``status != RUNNING``)."""
+        self.live = 0
+        """Running sequences, steady or not."""
+        self.explicit: list[Sequence] = []
+        """Running sequences that are not steady, in admission order."""
+        self.steady = SteadySet(config.block_size)
+        self.steady_ok = config.steady_decode and config.batching == "continuous"
         self.transferring: dict[str, Sequence] = {}
         self.kv_ready: deque[Sequence] = deque()
         """Decode role: KV received; admitted before the waiting queue since they hold blocks."""
         self.transfer_heap: list[tuple[float, int, str]] = []
         """Timed mode: (done_s, order, request_id), lazily invalidated."""
         self.iteration = 0
+        """Scheduling passes so far."""
         self.preemptions = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
@@ -74,32 +104,158 @@ class Scheduler:
         self._static_padded = 0
         self._static_steps = 0
 
-    def schedule(self, now_s: float) -> Batch:
-        """Pick this iteration's work. Mutates queues, blocks and sequence status."""
+    # -- views -------------------------------------------------------------------------
+
+    def live_running(self) -> list[Sequence]:
+        """The running sequences, in admission order."""
+        return [s for s in self.running if s.status == RUNNING]
+
+    def current(self, seq: Sequence) -> tuple[int, int]:
+        """(computed tokens, blocks held) of ``seq`` as of now, steady or not."""
+        if not seq.steady:
+            return seq.num_computed, seq.num_blocks
+        c = seq.c0 + (self.iteration + 1 - seq.g0)
+        return c, -(-c // self.bs)
+
+    def last_running(self) -> Sequence | None:
+        running = self.running
+        while running and running[-1].status != RUNNING:
+            running.pop()
+        return running[-1] if running else None
+
+    # -- one step's scheduling -----------------------------------------------------------
+
+    def steady_only(self) -> int | None:
+        """Start a pass of steady sequences alone, if that is all there is and it fits:
+        the pass number; else None (nothing changed)."""
+        steady = self.steady.count
+        if not steady or self.explicit or self.kv_ready or len(self.waiting):
+            return None
+        g = self.iteration + 1
+        needed = self.steady.blocks_needed(g)
+        if needed > self.kv.num_free_blocks or steady >= self.config.max_num_batched_tokens:
+            return None
+        self.iteration = g
+        if needed:
+            self.kv.allocate(needed)
+        return g
+
+    def schedule(self, now_s: float, last_end_s: float) -> Batch:
+        """Pick this iteration's work. Mutates queues, blocks and sequence status.
+
+        ``last_end_s``: when the previous iteration ended (the time of every steady
+        sequence's latest token, should they be made explicit)."""
+        batch = self._pass(now_s, last_end_s)
+        for _ in range(PASSES - 1):
+            if batch.seqs or batch.steady or not batch.preempted:
+                break
+            retry = self._pass(now_s, last_end_s)
+            retry.preempted[:0] = batch.preempted
+            retry.transfers[:0] = batch.transfers
+            batch = retry
+        return batch
+
+    def _pass(self, now_s: float, last_end_s: float) -> Batch:
         self.iteration += 1
         batch = Batch()
         if self.config.batching == "static":
             self._schedule_static(now_s, batch)
         elif self.config.prioritize == "prefill":
-            self._schedule_running(batch, want_decode=False)
+            self._schedule_running(batch, False, last_end_s)
             self._admit(now_s, batch)
-            self._schedule_running(batch, want_decode=True)
+            if not self._fast_decodes(batch):
+                self.materialize(last_end_s)
+                self._schedule_running(batch, True, last_end_s)
         else:
-            self._schedule_running(batch, want_decode=None)
+            if not self._fast_running(batch):
+                self.materialize(last_end_s)
+                self._schedule_running(batch, None, last_end_s)
             self._admit(now_s, batch)
         return batch
 
-    def free_blocks(self, seq: Sequence) -> None:
-        self.kv.free(seq.private_blocks)
-        if seq.shared:
-            self.kv.release(seq.shared)
-        seq.private_blocks = 0
-        seq.shared = []
-        seq.num_hashed = 0
+    def _take_steady(self, batch: Batch, needed: int) -> None:
+        steady = self.steady.count
+        if needed:
+            self.kv.allocate(needed)
+        batch.steady = steady
+        batch.num_tokens += steady
 
-    def _schedule_running(self, batch: Batch, want_decode: bool | None) -> None:
-        """Running sequences in admission order; ``want_decode`` None: all of them, True:
-        only decodes, False: only prefills (chunks and recomputation)."""
+    def _fast_running(self, batch: Batch) -> bool:
+        """Decode-first: schedule the running sequences without per-sequence work where
+        that is exact: every one fits the budget and the free blocks, or the one that does
+        not fit the budget is the last admitted (and prompts may be chunked)."""
+        cfg = self.config
+        limit = cfg.max_num_batched_tokens
+        steady = self.steady.count
+        needed = self.steady.blocks_needed(self.iteration) if steady else 0
+        free = self.kv.num_free_blocks
+        if needed > free or steady >= limit:
+            return False
+        explicit = self.explicit
+        if not explicit:
+            self._take_steady(batch, needed)
+            return True
+        demand = 0
+        for seq in explicit:
+            demand += seq.num_tokens - seq.num_computed
+        if steady + demand <= limit:
+            plan = [(s, s.num_tokens - s.num_computed) for s in explicit]
+        elif cfg.enable_chunked_prefill and len(explicit) == 1:
+            seq = explicit[0]
+            if self.last_running() is not seq:
+                return False
+            plan = [(seq, min(seq.num_tokens - seq.num_computed, limit - steady))]
+        else:
+            return False
+        bs = self.bs
+        blocks = needed
+        for seq, n in plan:
+            blocks += max(-(-(seq.num_computed + n) // bs) - seq.num_blocks, 0)
+        if blocks > free:
+            return False
+        self._take_steady(batch, needed)
+        it = self.iteration
+        for seq, n in plan:
+            need = -(-(seq.num_computed + n) // bs) - seq.num_blocks
+            if need > 0:
+                self.kv.allocate(need)
+                seq.private_blocks += need
+            batch.add(seq, n, it)
+        return True
+
+    def _fast_decodes(self, batch: Batch) -> bool:
+        """Prefill-first: after prefills and admission, schedule the decodes in O(steady)
+        where every one fits what is left of the budget and the free blocks."""
+        steady = self.steady.count
+        if not steady:
+            return False
+        it = self.iteration
+        bs = self.bs
+        decodes = [
+            s
+            for s in self.explicit
+            if s.scheduled_at != it and s.num_output > 0 and s.num_tokens - s.num_computed == 1
+        ]
+        needed = self.steady.blocks_needed(it)
+        blocks = needed
+        for seq in decodes:
+            blocks += max(-(-(seq.num_computed + 1) // bs) - seq.num_blocks, 0)
+        left = self.config.max_num_batched_tokens - batch.num_tokens
+        if steady + len(decodes) > left or blocks > self.kv.num_free_blocks:
+            return False
+        self._take_steady(batch, needed)
+        for seq in decodes:
+            need = -(-(seq.num_computed + 1) // bs) - seq.num_blocks
+            if need > 0:
+                self.kv.allocate(need)
+                seq.private_blocks += need
+            batch.add(seq, 1, it)
+        return True
+
+    def _schedule_running(self, batch: Batch, want_decode: bool | None, last_end_s: float) -> None:
+        """The per-sequence pass over explicit running sequences in admission order;
+        ``want_decode`` None: all of them, True: only decodes, False: only prefills
+        (chunks and recomputation)."""
         cfg = self.config
         limit = cfg.max_num_batched_tokens
         bs = cfg.block_size
@@ -107,7 +263,7 @@ class Scheduler:
         it = self.iteration
         add_seq, add_tokens = batch.seqs.append, batch.tokens.append
         used = batch.num_tokens
-        for seq in tuple(self.running):
+        for seq in tuple(self.explicit):
             if used >= limit:
                 break
             if seq.status != RUNNING or seq.scheduled_at == it:
@@ -122,7 +278,7 @@ class Scheduler:
                 n = limit - used
             if computed + n > (seq.private_blocks + len(seq.shared)) * bs:
                 batch.num_tokens = used
-                fits = self._reserve(seq, n, batch)
+                fits = self._reserve(seq, n, batch, last_end_s)
                 used = batch.num_tokens  # preemption may have unscheduled others
                 if not fits:
                     continue
@@ -132,13 +288,15 @@ class Scheduler:
             seq.scheduled_at = it
         batch.num_tokens = used
 
-    def _reserve(self, seq: Sequence, n: int, batch: Batch) -> bool:
+    def _reserve(self, seq: Sequence, n: int, batch: Batch, last_end_s: float) -> bool:
         """Blocks for ``n`` more tokens of ``seq``, preempting others; False if ``seq`` was."""
         bs = self.config.block_size
         need = -(-(seq.num_computed + n) // bs) - seq.private_blocks - len(seq.shared)
         if need <= 0:
             return True
         while not self.kv.allocate(need):
+            if self.steady.count:
+                self.materialize(last_end_s)  # the victim may be any running sequence
             victim = self._pick_victim()
             self._preempt(victim, batch)
             if victim is seq:
@@ -148,8 +306,10 @@ class Scheduler:
 
     def _pick_victim(self) -> Sequence:
         if self.waiting.priority:
-            return max(self.running, key=lambda s: (s.priority, s.order))
-        return self.running[-1]
+            return max(self.live_running(), key=lambda s: (s.priority, s.order))
+        victim = self.last_running()
+        assert victim is not None
+        return victim
 
     def _preempt(self, victim: Sequence, batch: Batch) -> None:
         if victim.scheduled_at == self.iteration:
@@ -160,17 +320,29 @@ class Scheduler:
         victim.num_preemptions += 1
         victim.preempted_at = self.iteration
         self.running.remove(victim)
+        self.explicit.remove(victim)
+        self.live -= 1
         self.waiting.push_front(victim)
         self.preemptions += 1
         batch.preempted.append(victim.request_id)
 
+    def _run(self, seq: Sequence, now_s: float) -> None:
+        """``seq`` joins the running sequences."""
+        if seq.first_scheduled_s is None:
+            seq.first_scheduled_s = now_s
+        seq.status = RUNNING
+        self.running.append(seq)
+        self.explicit.append(seq)
+        self.live += 1
+
     def _admit(self, now_s: float, batch: Batch) -> None:
         cfg = self.config
         bs = cfg.block_size
-        kv, waiting, running = self.kv, self.waiting, self.running
+        kv, waiting = self.kv, self.waiting
         caching = cfg.enable_prefix_caching
         ready = self.kv_ready
-        while ready and len(running) < cfg.max_num_seqs:
+        it = self.iteration
+        while ready and self.live < cfg.max_num_seqs:
             budget = cfg.max_num_batched_tokens - batch.num_tokens
             got = ready[0]
             n = got.num_tokens - got.num_computed
@@ -181,18 +353,15 @@ class Scheduler:
                 return
             ready.popleft()
             got.private_blocks += max(0, need)
-            if got.first_scheduled_s is None:
-                got.first_scheduled_s = now_s
-            got.status = RUNNING
-            running.append(got)
-            batch.add(got, n, self.iteration)
-        while len(running) < cfg.max_num_seqs:
+            self._run(got, now_s)
+            batch.add(got, n, it)
+        while self.live < cfg.max_num_seqs:
             budget = cfg.max_num_batched_tokens - batch.num_tokens
             if budget <= 0:
                 return
             seq = waiting.peek()
-            if seq is None or seq.preempted_at == self.iteration:
-                return  # a request preempted in this iteration waits for the next one
+            if seq is None or seq.preempted_at == it:
+                return  # a request preempted in this pass waits for the next one
             if seq.remote is not None:
                 if not self._start_transfer(seq, now_s, batch):
                     return
@@ -222,13 +391,11 @@ class Scheduler:
                 seq.num_hashed = hit
                 seq.num_computed = computed
             if seq.first_scheduled_s is None:
-                seq.first_scheduled_s = now_s
                 seq.cached_tokens = hit * bs
             if need > 0:
                 seq.private_blocks += need
-            seq.status = RUNNING
-            running.append(seq)
-            batch.add(seq, n, self.iteration)
+            self._run(seq, now_s)
+            batch.add(seq, n, it)
 
     def _start_transfer(self, seq: Sequence, now_s: float, batch: Batch) -> bool:
         """Decode role: allocate the prompt's blocks and start pulling its KV."""
@@ -251,7 +418,7 @@ class Scheduler:
 
     def _schedule_static(self, now_s: float, batch: Batch) -> None:
         cfg = self.config
-        running = self.running
+        running = self.explicit
         it = self.iteration
         if running:
             for seq in running:
@@ -260,7 +427,7 @@ class Scheduler:
             size, ctx = self._static_size, self._static_padded + self._static_steps
             batch.cost_args = (size, size * (ctx + 1.0), size, size * ctx, size)
             return
-        while len(running) < cfg.max_num_seqs:
+        while self.live < cfg.max_num_seqs:
             head = self.waiting.peek()
             if head is None:
                 break
@@ -272,13 +439,91 @@ class Scheduler:
             self.waiting.pop()
             seq.remote = None  # static batching is aggregated-only: prompts are prefilled here
             seq.private_blocks = reserve
-            seq.status = RUNNING
-            if seq.first_scheduled_s is None:
-                seq.first_scheduled_s = now_s
-            running.append(seq)
+            self._run(seq, now_s)
             batch.add(seq, seq.num_tokens - seq.num_computed, it)
         if running:
             size = len(running)
             padded = max(s.num_tokens for s in running)
             self._static_size, self._static_padded, self._static_steps = size, padded, 0
             batch.cost_args = (size * padded, size * padded * (padded + 1) / 2.0, size, 0, size)
+
+    # -- steady and explicit ---------------------------------------------------------------
+
+    def materialize(self, last_end_s: float) -> None:
+        """Every steady sequence explicit, as of the start of the current pass (their
+        latest token came at ``last_end_s``, the previous iteration's end)."""
+        if not self.steady.count:
+            return
+        at_g = self.iteration
+        bs = self.bs
+        running: list[Sequence] = []
+        for seq in self.running:
+            if seq.status != RUNNING:
+                continue
+            if seq.steady:
+                d = at_g - seq.g0
+                c = seq.c0 + d
+                seq.num_computed = c
+                seq.num_tokens = c + 1
+                seq.num_output = seq.out0 + d
+                seq.private_blocks = -(-c // bs) - len(seq.shared)
+                seq.last_emit_s = last_end_s
+                seq.steady = False
+                seq.version += 1
+            running.append(seq)
+        self.running = running
+        self.explicit = list(running)
+        self.steady.clear()
+
+    def unsteady(self, seq: Sequence, at_g: int, last_end_s: float) -> None:
+        """Make ``seq`` explicit again, with its state as of the start of pass ``at_g``."""
+        d = at_g - seq.g0
+        c = seq.c0 + d
+        seq.num_computed = c
+        seq.num_tokens = c + 1
+        seq.num_output = seq.out0 + d
+        seq.private_blocks = -(-c // self.bs) - len(seq.shared)
+        seq.last_emit_s = last_end_s
+        self.steady.remove(seq)
+        explicit = self.explicit
+        pos = len(explicit)
+        while pos and explicit[pos - 1].order > seq.order:
+            pos -= 1
+        explicit.insert(pos, seq)
+
+    def settle(self) -> None:
+        """After an iteration: drop finished and newly steady sequences from the explicit
+        list, and compact the running list once most of its entries are finished."""
+        self.explicit = [s for s in self.explicit if s.status == RUNNING and not s.steady]
+        running = self.running
+        if len(running) > 64 and self.live < len(running) // 2:
+            self.running = [s for s in running if s.status == RUNNING]
+
+    def free_blocks(self, seq: Sequence) -> None:
+        self.kv.free(seq.private_blocks)
+        if seq.shared:
+            self.kv.release(seq.shared)
+        seq.private_blocks = 0
+        seq.shared = []
+        seq.num_hashed = 0
+
+    def complete_due_transfers(self, now_s: float) -> list[Sequence]:
+        """Timed mode: the transfers due by ``now_s``, removed from the heap."""
+        heap = self.transfer_heap
+        due: list[Sequence] = []
+        while heap and heap[0][0] <= now_s:
+            _, order, request_id = heapq.heappop(heap)
+            seq = self.transferring.get(request_id)
+            if seq is not None and seq.order == order:
+                due.append(seq)
+        return due
+
+    def mark_kv_ready(self, seq: Sequence) -> None:
+        """Decode role: ``seq``'s KV arrived; it decodes next (its last prompt token is
+        recomputed, as vLLM does)."""
+        del self.transferring[seq.request_id]
+        seq.remote = None
+        seq.num_computed = seq.prompt_tokens - 1
+        seq.external_tokens = seq.prompt_tokens - 1
+        seq.status = KV_READY
+        self.kv_ready.append(seq)

@@ -20,14 +20,26 @@ class Sequence:
     them have KV in the cache. A decoding sequence has ``num_tokens - num_computed == 1``
     (the last sampled token); a prefilling or preempted one has more. Each scheduled step
     computes some tokens; reaching ``num_tokens`` samples one new token.
+
+    A *steady* sequence (:mod:`tandem.engine.model.steady`) decodes one token every
+    iteration and is not visited per iteration: while ``steady`` is set, ``num_computed``,
+    ``num_tokens``, ``num_output`` and ``private_blocks`` are stale, and its state at
+    scheduling pass ``g`` is ``c0 + (g - g0)`` computed tokens, ``out0 + (g - g0)``
+    outputs and ``ceil(computed / block_size)`` blocks (``shared`` stays current). The
+    scheduler makes it explicit again (:meth:`Scheduler.unsteady`) before anything needs
+    those fields.
     """
 
     __slots__ = (
         "arrival_s",
+        "c0",
         "cached_tokens",
         "external_tokens",
         "first_scheduled_s",
         "first_token_s",
+        "g0",
+        "last_emit_s",
+        "limit",
         "max_tokens",
         "num_computed",
         "num_hashed",
@@ -35,6 +47,7 @@ class Sequence:
         "num_preemptions",
         "num_tokens",
         "order",
+        "out0",
         "preempted_at",
         "priority",
         "private_blocks",
@@ -46,7 +59,9 @@ class Sequence:
         "scheduled_at",
         "shared",
         "status",
+        "steady",
         "stop_after",
+        "version",
     )
 
     def __init__(self, req: EngineRequest, arrival_s: float, order: int, max_tokens: int) -> None:
@@ -55,6 +70,8 @@ class Sequence:
         self.prompt_tokens = req.prompt_tokens
         self.max_tokens = max_tokens
         self.stop_after = req.stop_after_tokens
+        self.limit = max_tokens if self.stop_after is None else min(max_tokens, self.stop_after)
+        """Outputs at which it finishes: ``max_tokens`` (``length``) or the stop (``stop``)."""
         self.priority = req.priority
         self.order = order
         self.arrival_s = arrival_s
@@ -68,14 +85,22 @@ class Sequence:
         self.queued = False
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
+        self.last_emit_s: float | None = None
+        """When its latest token was emitted (for the gap to the next one)."""
         self.num_preemptions = 0
         self.cached_tokens = 0
         self.external_tokens = 0
         self.remote: RemoteKV | None = req.remote_kv
         self.scheduled_at = -1
-        """Iteration number this sequence was last scheduled in."""
+        """Scheduling pass this sequence was last scheduled in."""
         self.preempted_at = -1
-        """Iteration number this sequence was last preempted in (not re-admitted in it)."""
+        """Scheduling pass this sequence was last preempted in (not re-admitted in it)."""
+        self.steady = False
+        self.c0 = 0
+        self.g0 = 0
+        self.out0 = 0
+        self.version = 0
+        """Bumped whenever it joins or leaves the steady set (stale heap entries)."""
 
     @property
     def num_blocks(self) -> int:

@@ -22,9 +22,10 @@ def build_stats(engine: Engine, live: list[Sequence], held: list[Sequence]) -> E
     waiting_for_kv = sum(1 for s in live if s.remote is not None)
     stored = blocks = 0
     for seq in live:
-        if seq.num_blocks:
-            stored += seq.prompt_tokens if seq.status == TRANSFERRING else seq.num_computed
-            blocks += seq.num_blocks
+        computed, owned = sched.current(seq)
+        if owned:
+            stored += seq.prompt_tokens if seq.status == TRANSFERRING else computed
+            blocks += owned
     for seq in held:
         stored += seq.num_computed
         blocks += seq.num_blocks
