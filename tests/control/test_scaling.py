@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.api.validate import load_inference_service
-from tandem.control.conditions import compute_status, compute_status_patch
+from tandem.control.readiness import compute_status, compute_status_patch
 from tandem.control.scaling import (
     REASON_LABELS,
     Written,
@@ -20,8 +21,8 @@ from tandem.control.scaling import (
     compute_reason_label,
     compute_router_targets,
 )
+from tandem.control.tick import Tick, compute_tick
 from tandem.policy import PolicyState, decide
-from tandem.policy.tick import compute_tick
 from tandem.policy.types import CAUSES, DRIVERS, PoolDecision
 from tests.factories import make_manifest
 from tests.policy.factories import decode_load, make_config, make_obs, make_pool, prefill_load
@@ -120,15 +121,15 @@ def reconciled_live() -> dict[str, Any]:
     return patch
 
 
-def tick_status(now: str) -> dict[str, Any]:
+def make_tick(now: str) -> Tick:
     config = make_config()
     obs = make_obs(100.0, prefill_load(2, 1000.0), decode_load(2, 10, 0.1))
-    return compute_tick(None, obs, config, now).status
+    return compute_tick(None, obs, config, now)
 
 
 def test_the_tick_patch_keeps_the_reconcilers_conditions_in_place() -> None:
     live = reconciled_live()
-    patch = compute_autoscaler_status_patch(live, tick_status("t1"), generation=1, now="t1")
+    patch = compute_autoscaler_status_patch(live, make_tick("t1"), generation=1, now="t1")
     types = [c["type"] for c in patch["conditions"]]
     assert types == [*(c["type"] for c in live["conditions"]), "ScalingActive", "MetricsAvailable"]
     assert patch["conditions"][: len(live["conditions"])] == live["conditions"]
@@ -136,18 +137,19 @@ def test_the_tick_patch_keeps_the_reconcilers_conditions_in_place() -> None:
 
 
 def test_transition_time_moves_only_when_an_autoscaler_condition_flips() -> None:
-    first = compute_autoscaler_status_patch(None, tick_status("t1"), generation=1, now="t1")
-    again = compute_autoscaler_status_patch(first, tick_status("t2"), generation=1, now="t2")
+    first = compute_autoscaler_status_patch(None, make_tick("t1"), generation=1, now="t1")
+    again = compute_autoscaler_status_patch(first, make_tick("t2"), generation=1, now="t2")
     assert {c["lastTransitionTime"] for c in again["conditions"]} == {"t1"}
-    failing = tick_status("t3")
-    failing["conditions"][1] |= {"status": "False", "reason": "MetricsMissing"}
+    tick = make_tick("t3")
+    broken = replace(tick.conditions[1], status="False", reason="MetricsMissing")
+    failing = replace(tick, conditions=(tick.conditions[0], broken))
     flipped = compute_autoscaler_status_patch(again, failing, generation=1, now="t3")
     times = {c["type"]: c["lastTransitionTime"] for c in flipped["conditions"]}
     assert times == {"ScalingActive": "t1", "MetricsAvailable": "t3"}
 
 
 def test_the_reconciler_keeps_the_autoscalers_conditions_and_pool_fields() -> None:
-    live = compute_autoscaler_status_patch(None, tick_status("t1"), generation=1, now="t1")
+    live = compute_autoscaler_status_patch(None, make_tick("t1"), generation=1, now="t1")
     live["pools"]["decode"] |= {"replicas": 1, "readyReplicas": 1}
     patch = compute_status_patch(live, compute_status(isvc(), {}), generation=1, now="t2")
     assert patch is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tandem.policy.tick import compute_tick
+from tandem.control.tick import compute_tick
 from tandem.sim.compare import Scenario
 from tandem.sim.results import RunResult
 from tandem.sim.simulation import Simulation

@@ -3,17 +3,17 @@
 :class:`Operator` (:mod:`tandem.control.app`) runs everything one replica does; the
 :class:`Runtime` it creates while leading holds the caches, the work queue, the
 :class:`Reconciler` and the per-service :class:`Tickers`. Decisions are pure and live in
-:mod:`tandem.control.children` and :mod:`tandem.control.conditions`.
+:mod:`tandem.control.children` and :mod:`tandem.control.readiness`.
 """
 
 from tandem.control.app import Operator, OperatorConfig, default_identity
-from tandem.control.conditions import compute_status, compute_status_patch
-from tandem.control.leadership import LeaderElector, LeaseConfig
 from tandem.control.metrics import OperatorMetrics
+from tandem.control.readiness import compute_status, compute_status_patch
 from tandem.control.reconcile import Reconciler
 from tandem.control.runtime import Runtime
-from tandem.control.settings import KopfTuning, build_settings
-from tandem.control.ticker import TickContext, Tickers
+from tandem.controller.leadership import LeaderElector, LeaseConfig
+from tandem.controller.settings import KopfTuning, build_settings
+from tandem.controller.ticker import TickContext, Tickers
 
 __all__ = [
     "KopfTuning",

@@ -26,13 +26,14 @@ from typing import Any
 import kopf
 
 from tandem.control.autoscale import setup_autoscaler
+from tandem.control.children import CHILD_SELECTOR
 from tandem.control.handlers import build_registry
-from tandem.control.http import HttpServer, metrics_app, serve_standby_liveness
-from tandem.control.leadership import LeaderElector, LeaseConfig
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.runtime import Runtime
-from tandem.control.settings import KopfTuning, build_settings
-from tandem.kube import KubeClient
+from tandem.controller.http import HttpServer, metrics_app, serve_standby_liveness
+from tandem.controller.leadership import LeaderElector, LeaseConfig
+from tandem.controller.settings import KopfTuning, build_settings
+from tandem.kube import CHILD_TYPES, KubeClient
 
 logger = logging.getLogger("tandem.control")
 
@@ -169,7 +170,7 @@ class Operator:
         kopf_stop = asyncio.Event()
         holding = asyncio.create_task(elector.hold(stop) if elector else stop.wait(), name="lease")
         stopping = asyncio.create_task(stop.wait(), name="stop")
-        settings = build_settings(cfg.kopf)
+        settings = build_settings(cfg.kopf, dict.fromkeys(CHILD_TYPES, CHILD_SELECTOR))
         settings.queueing.exit_timeout = min(
             settings.queueing.exit_timeout, cfg.kopf.worker_idle_timeout_s
         )

@@ -1,6 +1,6 @@
 """The autoscaler inside the operator: one tick per InferenceService. Thin I/O shell.
 
-Registered on the runtime as the ticker ``autoscaler`` (:class:`~tandem.control.ticker.
+Registered on the runtime as the ticker ``autoscaler`` (:class:`~tandem.controller.ticker.
 Tickers`: leader only, every ``spec.autoscaling.interval`` seconds, holding the service's
 work-queue lock so it never overlaps a reconcile; no ticks while the spec is invalid).
 One tick::
@@ -33,7 +33,6 @@ from tandem.api import InferenceService
 from tandem.api.validate import SpecError, load_inference_service
 from tandem.control.autoscale_metrics import AutoscalerSeries
 from tandem.control.children import ServiceKey
-from tandem.control.logs import object_logger
 from tandem.control.reconcile import now_rfc3339
 from tandem.control.runtime import Runtime
 from tandem.control.scaling import (
@@ -45,8 +44,15 @@ from tandem.control.scaling import (
     compute_prometheus_window_s,
     compute_router_targets,
 )
-from tandem.control.statuswrite import write_status
-from tandem.control.ticker import TickContext
+from tandem.control.tick import (
+    DELETION_COST_ANNOTATION,
+    Tick,
+    compute_deletion_costs,
+    compute_tick,
+)
+from tandem.controller.logs import object_logger
+from tandem.controller.statuswrite import write_status
+from tandem.controller.ticker import TickContext
 from tandem.kube import (
     POD,
     KubeError,
@@ -60,12 +66,6 @@ from tandem.observe.promql import PromTarget
 from tandem.observe.scrape import Scraper
 from tandem.observe.types import Observation
 from tandem.policy import compute_policy_config
-from tandem.policy.tick import (
-    DELETION_COST_ANNOTATION,
-    Tick,
-    compute_deletion_costs,
-    compute_tick,
-)
 
 logger = logging.getLogger("tandem.control")
 TICKER = "autoscaler"
@@ -264,9 +264,7 @@ class Autoscaler:
 
         def compute(current: Mapping[str, Any]) -> dict[str, Any]:
             status = current.get("status")
-            return compute_autoscaler_status_patch(
-                status, tick.status, generation=generation, now=now
-            )
+            return compute_autoscaler_status_patch(status, tick, generation=generation, now=now)
 
         runtime = self.runtime
         await write_status(runtime.client, runtime.services, body, compute, attempts=3)

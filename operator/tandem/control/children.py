@@ -13,12 +13,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tandem.api import GROUP, KIND
+from tandem.controller.cache import ObjectKey
 from tandem.manifests.meta import SERVICE_LABEL
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tandem"
+#: Only children Tandem manages are watched (server-side selection keeps the operator's
+#: memory proportional to its own objects, not to every Deployment in the cluster).
+CHILD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 ChildKey = tuple[str, str, str | None, str]  # apiVersion, kind, namespace, name
-ServiceKey = tuple[str, str]  # namespace, name
+ServiceKey = ObjectKey  # of an InferenceService
 
 
 def child_key(obj: Mapping[str, Any]) -> ChildKey:

@@ -5,7 +5,7 @@ service and its children from the caches (no API reads on the happy path), write
 what differs (:func:`tandem.kube.apply_object`), deletes children the desired state no
 longer has, and patches ``.status`` only when it changed. Decisions live in the pure
 modules: :mod:`tandem.manifests` (children), :mod:`tandem.control.children` (ownership,
-staleness) and :mod:`tandem.control.conditions` (status).
+staleness) and :mod:`tandem.control.readiness` (status).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from tandem.api import API_VERSION, KIND
 from tandem.api.validate import SpecError, load_inference_service
-from tandem.control.cache import ObjectCache
 from tandem.control.children import (
     ChildKey,
     ServiceKey,
@@ -27,16 +26,17 @@ from tandem.control.children import (
     compute_stale,
     make_owner_check,
 )
-from tandem.control.conditions import (
+from tandem.control.metrics import OperatorMetrics
+from tandem.control.readiness import (
     DesiredStatus,
     compute_invalid_status,
     compute_status,
     compute_status_patch,
 )
-from tandem.control.events import EventRecorder
-from tandem.control.logs import object_logger
-from tandem.control.metrics import OperatorMetrics
-from tandem.control.statuswrite import write_status
+from tandem.controller.cache import ObjectCache
+from tandem.controller.events import EventRecorder
+from tandem.controller.logs import object_logger
+from tandem.controller.statuswrite import write_status
 from tandem.kube import (
     KubeClient,
     KubeError,

@@ -16,13 +16,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from tandem.control.cache import ObjectCache
 from tandem.control.children import ServiceKey, child_key, owner_key
-from tandem.control.events import EventRecorder
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.reconcile import ChildCache, Reconciler, ServiceCache
-from tandem.control.ticker import Tickers
-from tandem.control.workqueue import WorkQueue
+from tandem.controller.cache import ObjectCache
+from tandem.controller.events import EventRecorder
+from tandem.controller.ticker import Tickers
+from tandem.controller.workqueue import WorkQueue
 from tandem.kube import KubeClient
 
 logger = logging.getLogger(__name__)

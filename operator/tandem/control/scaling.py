@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api import InferenceService
-from tandem.control.cache import is_older
-from tandem.control.conditions import AUTOSCALER_TYPES, Condition, merge_conditions
+from tandem.control.readiness import AUTOSCALER_TYPES
+from tandem.control.tick import DELETION_COST_ANNOTATION, Tick
+from tandem.controller.cache import is_older
+from tandem.controller.conditions import merge_conditions
 from tandem.manifests.meta import ROLE_LABEL, SERVICE_LABEL, child_name
 from tandem.observe.source import PoolTargets, metrics_url
-from tandem.policy.tick import DELETION_COST_ANNOTATION
 from tandem.policy.types import CAUSES, DRIVERS, PoolDecision
 from tandem.router.pods import compute_pod_address
 
@@ -132,12 +133,12 @@ def compute_cost_annotations(
 
 def compute_autoscaler_status_patch(
     live: Mapping[str, Any] | None,
-    tick_status: Mapping[str, Any],
+    tick: Tick,
     *,
     generation: int | None,
     now: str,
 ) -> dict[str, Any]:
-    """The merge patch of ``.status`` for one tick, from :class:`~tandem.policy.tick.Tick`'s.
+    """The merge patch of ``.status`` for one tick.
 
     A merge patch replaces the whole ``conditions`` list, so the list written is the
     live one with the autoscaler's conditions merged in: the reconciler's stay as they
@@ -145,14 +146,10 @@ def compute_autoscaler_status_patch(
     ``pools`` entries are merged field by field by the API server, so the reconciler's
     ``replicas``/``readyReplicas`` survive.
     """
-    conditions = [
-        Condition(str(c["type"]), c["status"], str(c["reason"]), str(c.get("message", "")))
-        for c in tick_status.get("conditions") or ()
-    ]
-    patch = {k: v for k, v in tick_status.items() if k != "conditions"}
+    patch = dict(tick.status)
     patch["conditions"] = merge_conditions(
         list((live or {}).get("conditions") or []),
-        conditions,
+        tick.conditions,
         AUTOSCALER_TYPES,
         generation,
         now,

@@ -1,6 +1,6 @@
 """The ``tandem up`` loop: observe → decide → actuate, with a live view and a timeline.
 
-The same :func:`~tandem.policy.tick.compute_tick` the operator runs (state kept in a
+The same :func:`~tandem.control.tick.compute_tick` the operator runs (state kept in a
 status dict between ticks), the same :class:`~tandem.observe.scrape.Scraper` reading the
 engines' and the router's ``/metrics``; only the actuator is local. Does I/O.
 """
@@ -19,13 +19,13 @@ from typing import Any, TextIO
 import aiohttp
 
 from tandem.api import InferenceService
+from tandem.control.tick import compute_deletion_costs, compute_tick
 from tandem.local.fleet import LocalFleet
 from tandem.local.load import LoadStats, replay_trace
 from tandem.observe.scrape import Scraper
 from tandem.observe.source import metrics_url
 from tandem.observe.types import Observation
 from tandem.policy import compute_policy_config
-from tandem.policy.tick import compute_deletion_costs, compute_tick
 from tandem.router.app import build_app, start_router
 from tandem.router.config import build_router_config
 from tandem.router.discovery import StaticDiscovery

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from tandem.control.settings import CHILD_SELECTOR, KopfTuning, build_settings
+from tandem.control.children import CHILD_SELECTOR
+from tandem.controller.settings import KopfTuning, build_settings
+from tandem.kube import CHILD_TYPES
 
 
 def test_settings_follow_the_tuning_and_the_fixed_choices() -> None:
-    settings = build_settings(KopfTuning(watch_server_timeout_s=123))
+    settings = build_settings(
+        KopfTuning(watch_server_timeout_s=123), dict.fromkeys(CHILD_TYPES, CHILD_SELECTOR)
+    )
     assert settings.watching.server_timeout == 123
     assert settings.posting.enabled is False
     assert settings.peering.standalone is True

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tandem.control.events import EventRecorder
 from tandem.control.metrics import OperatorMetrics
+from tandem.controller.events import EventRecorder
 from tandem.kube import KubeClient
 from tests.support import Emulator, FaultRule, emulator_url, serve_emulator
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from tandem.control.workqueue import WorkQueue
+from tandem.controller.workqueue import WorkQueue
 from tests.support import eventually
 
 

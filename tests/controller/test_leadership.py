@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tandem.control.leadership import (
+from tandem.controller.leadership import (
     LeaderElector,
     LeaseConfig,
     build_lease_spec,

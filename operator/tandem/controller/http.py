@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from aiohttp import web
 
-from tandem.control.metrics import OperatorMetrics
+from tandem.controller.metrics import ControllerMetrics
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -41,7 +41,9 @@ class HttpServer:
         await self._runner.cleanup()
 
 
-def metrics_app(metrics: OperatorMetrics, health: Callable[[], dict[str, Any]]) -> web.Application:
+def metrics_app(
+    metrics: ControllerMetrics, health: Callable[[], dict[str, Any]]
+) -> web.Application:
     async def get_metrics(_: web.Request) -> web.Response:
         return web.Response(
             body=metrics.exposition(), headers={"Content-Type": METRICS_CONTENT_TYPE}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.api.validate import load_inference_service
-from tandem.control.conditions import (
+from tandem.control.readiness import (
     compute_component,
     compute_invalid_status,
     compute_status,

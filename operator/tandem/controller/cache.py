@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+ObjectKey = tuple[str, str]
+"""(namespace, name) of a namespaced object."""
+
 K = TypeVar("K", bound=Hashable)
 G = TypeVar("G", bound=Hashable)
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tandem.control.metrics import OperatorMetrics
+from tandem.controller.metrics import ControllerMetrics
 from tandem.kube import KubeClient, KubeError, build_event, post_event
 from tandem.kube.events import EventType
 
@@ -31,7 +31,7 @@ class EventRecorder:
     def __init__(
         self,
         client: KubeClient,
-        metrics: OperatorMetrics,
+        metrics: ControllerMetrics,
         *,
         instance: str,
         component: str = "tandem-operator",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.control.cache import ObjectCache, is_older
+from tandem.controller.cache import ObjectCache, is_older
 
 
 def obj(name: str, rv: str, group: str = "g") -> dict[str, Any]:

@@ -1,12 +1,12 @@
-"""The operator's tick: state through status, patches, conditions, deletion costs."""
+"""The operator's autoscaler tick: state through status, patches, conditions, deletion costs."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+from tandem.control.tick import compute_deletion_costs, compute_tick
 from tandem.observe.types import PodObservation
-from tandem.policy.tick import compute_deletion_costs, compute_tick
 from tests.policy.factories import decode_load, make_config, make_obs, make_pool, prefill_load
 
 NOW = "2026-01-01T00:00:00Z"
@@ -22,9 +22,10 @@ def test_tick_scales_only_changed_pools_and_writes_status() -> None:
     assert (last["fromReplicas"], last["toReplicas"]) == (2, 6)
     assert "prompt demand" in last["reason"]
     assert "lastDecision" not in pools["decode"]
-    types = {c["type"]: c for c in tick.status["conditions"]}
-    assert types["ScalingActive"]["status"] == "True"
-    assert types["MetricsAvailable"]["status"] == "True"
+    types = {c.type: c for c in tick.conditions}
+    assert types["ScalingActive"].status == "True"
+    assert types["MetricsAvailable"].status == "True"
+    assert set(tick.status) == {"pools", "autoscaler"}
 
 
 def test_state_survives_through_status() -> None:
@@ -48,9 +49,9 @@ def test_state_survives_through_status() -> None:
 def test_missing_metrics_condition_names_the_pod() -> None:
     broken = make_pool("decode", 3, scraped=2, failed={"chat-decode-abc": "connection refused"})
     tick = compute_tick(None, make_obs(0, prefill_load(2, 1_000), broken), make_config(), NOW)
-    cond = next(c for c in tick.status["conditions"] if c["type"] == "MetricsAvailable")
-    assert cond["status"] == "False" and cond["reason"] == "MetricsMissing"
-    assert "chat-decode-abc: connection refused" in cond["message"]
+    cond = next(c for c in tick.conditions if c.type == "MetricsAvailable")
+    assert cond.status == "False" and cond.reason == "MetricsMissing"
+    assert "chat-decode-abc: connection refused" in cond.message
     assert tick.scale == {}
 
 
@@ -70,8 +71,8 @@ def test_pods_still_starting_are_not_missing_metrics() -> None:
     decode = tick.decision.pools["decode"]
     assert decode.desired == 3 and decode.metrics_available
     assert "3 pod(s) starting, none ready yet" in decode.reason
-    cond = next(c for c in tick.status["conditions"] if c["type"] == "MetricsAvailable")
-    assert cond["status"] == "True"
+    cond = next(c for c in tick.conditions if c.type == "MetricsAvailable")
+    assert cond.status == "True"
 
 
 def test_scaling_is_inactive_while_no_pool_has_metrics() -> None:
@@ -82,16 +83,16 @@ def test_scaling_is_inactive_while_no_pool_has_metrics() -> None:
         make_pool("decode", 2, scraped=0, failed=broken),
     )
     tick = compute_tick(None, obs, make_config(), NOW)
-    active = next(c for c in tick.status["conditions"] if c["type"] == "ScalingActive")
-    assert active["status"] == "False" and active["reason"] == "MetricsMissing"
+    active = next(c for c in tick.conditions if c.type == "ScalingActive")
+    assert active.status == "False" and active.reason == "MetricsMissing"
     static = compute_tick(None, obs, make_config(policy="static"), NOW)
-    active = next(c for c in static.status["conditions"] if c["type"] == "ScalingActive")
-    assert active["reason"] == "StaticPolicy"
+    active = next(c for c in static.conditions if c.type == "ScalingActive")
+    assert active.reason == "StaticPolicy"
 
 
 def test_a_router_that_did_not_answer_is_said_even_when_the_engines_did() -> None:
     obs = make_obs(0, prefill_load(2, 1_000), decode_load(2, 10, 0.1))
     obs = replace(obs, errors=("router pod r-0: HTTP 503 from http://r-0/metrics",))
     tick = compute_tick(None, obs, make_config(), NOW)
-    cond = next(c for c in tick.status["conditions"] if c["type"] == "MetricsAvailable")
-    assert cond["status"] == "True" and "router pod r-0: HTTP 503" in cond["message"]
+    cond = next(c for c in tick.conditions if c.type == "MetricsAvailable")
+    assert cond.status == "True" and "router pod r-0: HTTP 503" in cond.message

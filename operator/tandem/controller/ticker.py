@@ -1,4 +1,4 @@
-"""Periodic work per InferenceService (the autoscaler's tick). No API I/O of its own.
+"""Periodic work per watched object (the autoscaler's tick). No API I/O of its own.
 
 A :class:`Tickers` runs, for every managed InferenceService, one task per registered
 ticker that calls ``fn(TickContext)`` every ``interval_s(body)`` seconds (None: this
@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tandem.control.children import ServiceKey
-from tandem.control.metrics import OperatorMetrics
+from tandem.controller.cache import ObjectKey
+from tandem.controller.metrics import ControllerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -26,15 +26,16 @@ logger = logging.getLogger(__name__)
 class TickContext:
     """What a tick sees: the service's latest body and its children (from the caches)."""
 
-    key: ServiceKey
+    key: ObjectKey
     body: Mapping[str, Any]
     children: list[dict[str, Any]]
-    runtime: Any = field(repr=False)  # the tandem.control.runtime.Runtime (client, events)
+    runtime: Any = field(repr=False)
+    """The runtime that runs the tick: its client, caches and event recorder."""
 
 
 TickFn = Callable[[TickContext], Awaitable[None]]
 IntervalFn = Callable[[Mapping[str, Any]], float | None]
-ForgetFn = Callable[[ServiceKey], None]
+ForgetFn = Callable[[ObjectKey], None]
 CloseFn = Callable[[], Awaitable[None]]
 
 
@@ -50,11 +51,11 @@ class _Ticker:
 class Tickers:
     """Registered tickers and their running tasks per service."""
 
-    def __init__(self, runtime: Any, metrics: OperatorMetrics) -> None:
+    def __init__(self, runtime: Any, metrics: ControllerMetrics) -> None:
         self._runtime = runtime
         self._metrics = metrics
         self._tickers: list[_Ticker] = []
-        self._tasks: dict[tuple[str, ServiceKey], asyncio.Task[None]] = {}
+        self._tasks: dict[tuple[str, ObjectKey], asyncio.Task[None]] = {}
 
     def add(
         self,
@@ -72,7 +73,7 @@ class Tickers:
         """
         self._tickers.append(_Ticker(name, interval_s, fn, forget, close))
 
-    def ensure(self, key: ServiceKey) -> None:
+    def ensure(self, key: ObjectKey) -> None:
         """Make sure every ticker runs for ``key`` (idempotent)."""
         for ticker in self._tickers:
             task = self._tasks.get((ticker.name, key))
@@ -81,7 +82,7 @@ class Tickers:
                     self._run(ticker, key), name=f"tick-{ticker.name}-{key[0]}/{key[1]}"
                 )
 
-    def stop(self, key: ServiceKey) -> None:
+    def stop(self, key: ObjectKey) -> None:
         """The service is gone: cancel its ticks and let each ticker forget it."""
         for ticker in self._tickers:
             task = self._tasks.pop((ticker.name, key), None)
@@ -106,10 +107,10 @@ class Tickers:
                 except Exception:
                     logger.exception("ticker %s did not close cleanly", ticker.name)
 
-    def running(self, key: ServiceKey) -> list[str]:
+    def running(self, key: ObjectKey) -> list[str]:
         return [name for (name, k), t in self._tasks.items() if k == key and not t.done()]
 
-    async def _run(self, ticker: _Ticker, key: ServiceKey) -> None:
+    async def _run(self, ticker: _Ticker, key: ObjectKey) -> None:
         runtime = self._runtime
         while True:
             body = runtime.services.get(key)

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 
 import kopf
 
-from tandem.control.children import MANAGED_BY, MANAGED_BY_LABEL
-from tandem.kube import CHILD_TYPES
-
-#: Only children Tandem manages are watched (server-side selection keeps the operator's
-#: memory proportional to its own objects, not to every Deployment in the cluster).
-CHILD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+from tandem.kube import ResourceType
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,23 +74,29 @@ class KopfTuning:
         )
 
 
-def build_settings(tuning: KopfTuning) -> kopf.OperatorSettings:
-    """``kopf.OperatorSettings`` for ``tuning``, with the fixed choices below."""
+def build_settings(
+    tuning: KopfTuning, label_selectors: Mapping[ResourceType, str] | None = None
+) -> kopf.OperatorSettings:
+    """``kopf.OperatorSettings`` for ``tuning``, with the fixed choices below.
+
+    ``label_selectors``: the server-side selector each watched resource type is listed
+    and watched with (the operator's children: only those it manages, so its memory
+    follows its own objects, not every Deployment in the cluster)."""
     settings = kopf.OperatorSettings()
     settings.watching.server_timeout = tuning.watch_server_timeout_s
     settings.watching.client_timeout = tuning.watch_client_timeout_s
     settings.watching.inactivity_timeout = tuning.watch_inactivity_timeout_s
     settings.watching.connect_timeout = tuning.connect_timeout_s
     settings.watching.reconnect_backoff = tuning.reconnect_backoff_s
-    for rtype in CHILD_TYPES:
-        settings.watching.label_selectors[rtype.group, rtype.version, rtype.plural] = CHILD_SELECTOR
+    for rtype, selector in (label_selectors or {}).items():
+        settings.watching.label_selectors[rtype.group, rtype.version, rtype.plural] = selector
     settings.networking.request_timeout = tuning.request_timeout_s
     settings.networking.connect_timeout = tuning.connect_timeout_s
     settings.networking.error_backoffs = tuning.error_backoffs_s
     settings.queueing.idle_timeout = tuning.worker_idle_timeout_s
-    # Events are posted by tandem.control.events (deduplicated, counted); Kopf posts none.
+    # Events are posted by tandem.controller.events (deduplicated, counted); Kopf posts none.
     settings.posting.enabled = False
-    # High availability is a Lease (tandem.control.leadership): Kopf peering pauses every
+    # High availability is a Lease (tandem.controller.leadership): Kopf peering pauses every
     # operator of equal priority, so two replicas of one Deployment would both stop.
     settings.peering.standalone = True
     settings.peering.mandatory = False

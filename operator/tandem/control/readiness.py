@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from tandem.api import InferenceService
+from tandem.controller.conditions import Condition, merge_conditions
 from tandem.manifests import router_url
 from tandem.manifests.meta import ENGINE_ROLES, child_name
 
@@ -30,17 +31,6 @@ ROLE_CONDITION = {
     "pool": "PoolReady",
     "router": "RouterReady",
 }
-Truth = Literal["True", "False", "Unknown"]
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A condition without its timestamps (those depend on the live status)."""
-
-    type: str
-    status: Truth
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -175,48 +165,6 @@ def compute_status_patch(
         if pools:
             patch["pools"] = pools
     return patch or None
-
-
-def merge_conditions(
-    live: list[dict[str, Any]],
-    conditions: Iterable[Condition],
-    managed: frozenset[str],
-    generation: int | None,
-    now: str,
-) -> list[dict[str, Any]]:
-    """The whole ``status.conditions`` list (a merge patch replaces lists) with
-    ``conditions`` set, types in ``managed`` but not in ``conditions`` removed, and every
-    other writer's conditions kept as they are, in place.
-
-    A condition whose ``status`` did not change keeps its ``lastTransitionTime``.
-    """
-    wanted = {c.type: c for c in conditions}
-    order = list(wanted.values())
-    previous = {c.get("type"): c for c in live}
-
-    def render(cond: Condition) -> dict[str, Any]:
-        old = previous.get(cond.type) or {}
-        same = old.get("status") == cond.status and old.get("lastTransitionTime")
-        out: dict[str, Any] = {
-            "type": cond.type,
-            "status": cond.status,
-            "reason": cond.reason,
-            "message": cond.message,
-            "lastTransitionTime": old["lastTransitionTime"] if same else now,
-        }
-        if generation is not None:
-            out["observedGeneration"] = generation
-        return out
-
-    merged: list[dict[str, Any]] = []
-    for cond in live:
-        kind = cond.get("type")
-        if kind in wanted:
-            merged.append(render(wanted.pop(kind)))
-        elif kind not in managed:
-            merged.append(cond)
-    merged += [render(c) for c in order if c.type in wanted]
-    return merged
 
 
 def _pools_patch(

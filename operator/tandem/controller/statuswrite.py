@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tandem.control.cache import ObjectCache
+from tandem.controller.cache import ObjectCache
 from tandem.kube import INFERENCE_SERVICE, KubeClient, KubeError, fetch_object, patch_status
 
 #: ``patch(current object) -> status patch``, or ``None`` when nothing needs writing.

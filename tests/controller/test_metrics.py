@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tandem.control.metrics import OperatorMetrics, parse_path
+from tandem.control.metrics import OperatorMetrics
+from tandem.controller.metrics import parse_path
 
 
 def test_every_metric_is_tandem_operator_or_autoscaler_and_colon_free() -> None:
