@@ -8,9 +8,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes_asyncio import client
 from openai import AsyncOpenAI
 
+from tandem.kube import KubeClient
 from tandem.router.app import build_app, start_router
 from tandem.router.config import RouterConfig
 from tandem.router.discovery import KubeDiscovery
@@ -89,10 +89,8 @@ async def test_cluster_mode_follows_pods_and_the_inference_service(
     await set_ready(api, "chat-prefill-0", True)
     await set_ready(api, "chat-decode-0", False)  # still loading weights
 
-    discovery = KubeDiscovery(
-        NS, "chat", base=RouterConfig(scrape_interval_s=0.2),
-        configuration=client.Configuration(host=emulator_url(k)),
-    )  # fmt: skip
+    kube = KubeClient.for_url(emulator_url(k))
+    discovery = KubeDiscovery(NS, "chat", base=RouterConfig(scrape_interval_s=0.2), client=kube)
     app = build_app(RouterConfig(), discovery, seed=1)
     serving = await start_router(app, "127.0.0.1", 0, shutdown_timeout_s=1)
     router = app[ROUTER]
@@ -130,3 +128,4 @@ async def test_cluster_mode_follows_pods_and_the_inference_service(
         await eventually(lambda: pool_urls(router, "prefill") == [prefill.url], what="new pod")
     finally:
         await serving.stop()
+        await kube.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,49 @@ class KubeClient:
                 self.observer(method, path, status)
         return data if isinstance(data, dict) else {}
 
+    async def stream(
+        self, path: str, *, query: Mapping[str, str] | None = None, timeout_s: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        """A GET whose answer is a stream of JSON objects, one per line (a watch): each
+        decoded object as it arrives, until the server ends the stream. ``timeout_s``
+        bounds the whole stream. :class:`KubeError` for a failed request, and
+        ``ValueError`` for a line that is not a JSON object."""
+        status = 0
+        try:
+            resp = await self._api.call_api(
+                path,
+                "GET",
+                query_params=self._query("GET", query),
+                header_params={"Accept": JSON},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=timeout_s,
+            )
+        except TimeoutError:
+            raise KubeError(0, "Timeout", f"no answer in {timeout_s:g}s", path=path) from None
+        except aiohttp.ClientError as err:
+            message = str(err) or type(err).__name__
+            raise KubeError(0, "ConnectionError", message, method="GET", path=path) from None
+        try:
+            status = resp.status
+            if not 200 <= status <= 299:
+                raise _from_status(status, await resp.read(), "GET", path)
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"not a JSON object: {line[:200]!r}")
+                yield obj
+        except aiohttp.ClientError as err:
+            message = str(err) or type(err).__name__
+            raise KubeError(0, "ConnectionError", message, method="GET", path=path) from None
+        finally:
+            resp.release()
+            if self.observer is not None:
+                self.observer("GET", path, status)
+
     def _query(self, method: str, query: Mapping[str, str] | None) -> list[tuple[str, str]]:
         params = list((query or {}).items())
         if method in ("POST", "PUT", "PATCH") and self.field_manager:
@@ -207,14 +250,21 @@ class KubeClient:
 
 
 def _from_api_exception(err: k8s.ApiException, method: str, path: str) -> KubeError:
-    reason, message = str(err.reason or ""), ""
+    return _from_status(int(err.status or 0), err.body, method, path, str(err.reason or ""))
+
+
+def _from_status(
+    code: int, body: bytes | str | None, method: str, path: str, reason: str = ""
+) -> KubeError:
+    """The error of an answer with HTTP status ``code`` and a ``Status`` ``body``."""
+    message = ""
     try:
-        status = json.loads(err.body or "{}")
+        status = json.loads(body or "{}")
     except (TypeError, ValueError):
         status = {}
     if isinstance(status, dict):
         reason = str(status.get("reason") or reason)
         message = str(status.get("message") or "")
-    return KubeError(
-        int(err.status or 0), reason, message or str(err.body or ""), method=method, path=path
-    )
+    if not message and body:
+        message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    return KubeError(code, reason, message, method=method, path=path)
