@@ -49,6 +49,7 @@ class Engine:
         self.cost = cost
         self.scheduler = Scheduler(config, cost)
         self._iteration_s = cost.iteration_fn
+        self._caching = config.enable_prefix_caching and config.batching == "continuous"
         self._seqs: dict[str, Sequence] = {}
         self._held: dict[str, tuple[Sequence, float]] = {}
         self._held_heap: list[tuple[float, int, str]] = []
@@ -180,7 +181,7 @@ class Engine:
         if g is not None:
             return self._steady_only(now_s, g, sched.steady.count, expired)
         batch = sched.schedule(now_s, self.last_end_s)
-        if not batch.seqs and not batch.steady:
+        if not batch.items and not batch.steady:
             return IterationResult(
                 now_s, 0.0, 0, 0, 0, (), 0, (), (), tuple(batch.preempted),
                 tuple(batch.transfers), expired, 0, 0.0, (),
@@ -188,17 +189,20 @@ class Engine:
         args = batch.cost_args
         if args is None:
             steady = batch.steady
+            items = batch.items
             kv_read = sched.steady.kv_read(sched.iteration) if steady else 0
             pairs = float(kv_read + steady)
             sampled = steady
-            for seq, n in zip(batch.seqs, batch.tokens, strict=True):
+            for seq, n in items:
                 c = seq.num_computed
                 pairs += n * c + n * (n + 1) * 0.5
                 kv_read += c
                 if c + n == seq.num_tokens:
                     sampled += 1
-            args = (batch.num_tokens, pairs, steady + len(batch.seqs), kv_read, sampled)
-        duration_s = self._iteration_s(*args)
+            seqs = steady + len(items)
+            duration_s = self._iteration_s(batch.num_tokens, pairs, seqs, kv_read, sampled)
+        else:
+            duration_s = self._iteration_s(*args)
         return self._apply(now_s, now_s + duration_s, duration_s, batch, expired)
 
     def run_steady(self, now_s: float, until_s: float, gaps: list[float]) -> IterationResult | None:
@@ -215,7 +219,7 @@ class Engine:
         sched = self.scheduler
         steady_set = sched.steady
         steady = steady_set.count
-        if not steady or sched.explicit or sched.kv_ready or len(sched.waiting):
+        if not steady or sched.explicit or sched.kv_ready or sched.waiting.live:
             return None
         if steady >= self.config.max_num_batched_tokens:
             return None
@@ -224,9 +228,13 @@ class Engine:
         base = steady_set.sum_c0 - steady_set.sum_g0
         iteration_s = self._iteration_s
         kv = sched.kv
+        free = kv.num_free_blocks
+        taken = 0
         transfers, held = sched.transfer_heap, self._held_heap
         start = now_s
         g = sched.iteration
+        while heap and heap[0][0] <= g:
+            heapq.heappop(heap)  # stale: its sequence left the set (SteadySet.due_at)
         n = 0
         last_end = self.last_end_s
         result: IterationResult | None = None
@@ -235,15 +243,17 @@ class Engine:
                 break
             g1 = g + 1
             needed = residue[g1 % bs]
-            if needed and not kv.allocate(needed):
+            if needed > free:
                 break
+            free -= needed
+            taken += needed  # allocated below, in one call: the same blocks evicted
             sched.iteration = g = g1
             kv_read = base + steady * g
             duration = iteration_s(steady, float(kv_read + steady), steady, kv_read, steady)
             end = start + duration
-            while heap and heap[0][0] < g:
-                heapq.heappop(heap)  # stale: its sequence left the set (SteadySet.due_at)
             if end > until_s or (heap and heap[0][0] == g):
+                kv.allocate(taken)  # before the finishes free theirs, as step by step
+                taken = 0
                 result = self._steady_only(start, g, steady, (), duration, last_end)
                 break
             n += 1
@@ -251,6 +261,8 @@ class Engine:
             last_end = end
             self.busy_s_total += duration
             start = end
+        if taken:
+            kv.allocate(taken)
         self.generation_tokens_total += steady * n
         self.iterations_total += n
         if result is None:
@@ -379,7 +391,6 @@ class Engine:
     ) -> IterationResult:
         """The effects of an iteration that ends at ``end``: tokens, finishes, gaps."""
         sched = self.scheduler
-        cfg = self.config
         g = sched.iteration
         steady = batch.steady
         steady_set = sched.steady
@@ -390,36 +401,45 @@ class Engine:
         continuing = steady
         decode_tokens = steady
         prev_end = self.last_end_s
-        caching = cfg.enable_prefix_caching and cfg.batching == "continuous"
+        caching = self._caching
         steady_ok = sched.steady_ok
-        for seq, n in zip(batch.seqs, batch.tokens, strict=True):
-            if n == 1 and seq.num_output > 0 and seq.num_tokens - seq.num_computed == 1:
-                decode_tokens += 1
+        leave = sched.explicit.remove
+        items = batch.items
+        for seq, n in items:
+            left = seq.num_tokens - seq.num_computed
             seq.num_computed += n
             if caching and seq.num_hashed < len(seq.req.block_hashes):
                 self._register_blocks(seq)
-            if seq.num_computed != seq.num_tokens:
-                continue
-            seq.num_output += 1
+            if n != left:
+                continue  # a prompt chunk: no token yet
+            out = seq.num_output = seq.num_output + 1
             seq.num_tokens += 1
             emitted.append(seq.request_id)
             if seq.first_token_s is None:
                 seq.first_token_s = end
                 first.append(seq.request_id)
-                self._count_prompt(seq)
-            elif seq.last_emit_s == prev_end:
-                continuing += 1
-            elif seq.last_emit_s is not None:
-                others.append(end - seq.last_emit_s)
+                self.prompt_tokens_total += seq.prompt_tokens
+                if seq.cached_tokens or seq.external_tokens:
+                    self.prompt_tokens_cache_hit_total += seq.cached_tokens
+                    self.prompt_tokens_external_total += seq.external_tokens
+            else:
+                if n == 1:  # a decode step (not a recomputation ending in a token)
+                    decode_tokens += 1
+                last = seq.last_emit_s
+                if last == prev_end:
+                    continuing += 1
+                elif last is not None:
+                    others.append(end - last)
             seq.last_emit_s = end
-            if seq.num_output >= seq.max_tokens:
-                finished.append(self._finish(seq, "length", end))
-            elif seq.stop_after is not None and seq.num_output >= seq.stop_after:
-                finished.append(self._finish(seq, "stop", end))
+            if out >= seq.limit:
+                reason: FinishReason = "length" if out >= seq.max_tokens else "stop"
+                finished.append(self._finish(seq, reason, end))
+                leave(seq)
             elif steady_ok and (not caching or seq.num_hashed >= len(seq.req.block_hashes)):
                 steady_set.add(seq, g + 1)
-        if batch.seqs:
-            sched.settle()
+                leave(seq)
+        if finished:
+            sched.compact()
         self.generation_tokens_total += len(emitted) + steady
         self.iterations_total += 1
         self.busy_s_total += duration
@@ -427,33 +447,32 @@ class Engine:
         if len(others) > 1:
             others.sort()
         return IterationResult(
-            start, duration, steady + len(batch.seqs), batch.num_tokens - decode_tokens,
+            start, duration, steady + len(items), batch.num_tokens - decode_tokens,
             decode_tokens, tuple(emitted), steady, tuple(first), tuple(finished),
-            tuple(batch.preempted), tuple(batch.transfers), expired, continuing,
-            end - prev_end, tuple(others),
+            tuple(batch.preempted) if batch.preempted else (),
+            tuple(batch.transfers) if batch.transfers else (), expired, continuing,
+            end - prev_end, tuple(others) if others else (),
         )  # fmt: skip
-
-    def _count_prompt(self, seq: Sequence) -> None:
-        self.prompt_tokens_total += seq.prompt_tokens
-        self.prompt_tokens_cache_hit_total += seq.cached_tokens
-        self.prompt_tokens_external_total += seq.external_tokens
 
     def _register_blocks(self, seq: Sequence) -> None:
         hashes = seq.req.block_hashes
         upto = min(seq.num_computed // self.config.block_size, len(hashes))
         kv = self.scheduler.kv
+        registered: list[int] = []
         for i in range(seq.num_hashed, upto):
             if seq.private_blocks > 0 and kv.register(hashes[i]):
                 seq.private_blocks -= 1
-                seq.shared.append(hashes[i])
+                registered.append(hashes[i])
+        if registered:
+            seq.shared = (*seq.shared, *registered)
         seq.num_hashed = max(seq.num_hashed, upto)
 
     def _finish(self, seq: Sequence, reason: FinishReason, now_s: float) -> FinishedRequest:
         sched = self.scheduler
         if seq.status == RUNNING:
             sched.live -= 1
-        blocks = seq.num_blocks
-        hold = seq.req.hold_kv_for_remote and reason in ("stop", "length")
+        blocks = seq.private_blocks + len(seq.shared)
+        hold = seq.hold and reason in ("stop", "length")
         del self._seqs[seq.request_id]
         if hold:
             old = self._held.pop(seq.request_id, None)
@@ -465,7 +484,11 @@ class Engine:
             heapq.heappush(self._held_heap, (expiry_s, seq.order, seq.request_id))
         else:
             seq.status = DONE
-            sched.free_blocks(seq)
+            if seq.shared:
+                sched.free_blocks(seq)
+            else:
+                sched.kv.free(seq.private_blocks)
+                seq.private_blocks = 0
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
         return FinishedRequest(
             seq.request_id,

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 class KVCache:
     """Block pool of ``num_blocks`` blocks of ``block_size`` tokens."""
 
-    __slots__ = ("_evictable", "_free", "_ref", "block_size", "evictions", "num_blocks")
+    __slots__ = (
+        "_evictable", "_free", "_ref", "block_size", "evictions", "num_blocks", "num_free_blocks",
+    )  # fmt: skip
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -24,17 +26,15 @@ class KVCache:
         self._free = num_blocks
         self._ref: dict[int, int] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
+        self.num_free_blocks = num_blocks
+        """Blocks an allocation can take (never used, or cached with no owner); kept as a
+        count rather than computed, since the scheduler reads it every iteration."""
         self.evictions = 0
         """Cached blocks evicted to make room, a counter."""
 
     @property
-    def num_free_blocks(self) -> int:
-        """Blocks an allocation can take (never used, or cached with no owner)."""
-        return self._free + len(self._evictable)
-
-    @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - self._free - len(self._evictable)
+        return self.num_blocks - self.num_free_blocks
 
     @property
     def usage(self) -> float:
@@ -50,18 +50,21 @@ class KVCache:
         """Take ``n`` private blocks, evicting cached ones if needed; False if they don't fit."""
         if n <= self._free:
             self._free -= n
+            self.num_free_blocks -= n
             return True
-        if n > self._free + len(self._evictable):
+        if n > self.num_free_blocks:
             return False
         for _ in range(n - self._free):
             self._evictable.popitem(last=False)
             self.evictions += 1
         self._free = 0
+        self.num_free_blocks -= n
         return True
 
     def free(self, n: int) -> None:
         """Return ``n`` private blocks."""
         self._free += n
+        self.num_free_blocks += n
 
     def match_prefix(self, hashes: Sequence[int], max_blocks: int) -> int:
         """How many leading ``hashes`` (at most ``max_blocks``) are cached."""
@@ -82,6 +85,7 @@ class KVCache:
             else:
                 del self._evictable[h]
                 ref[h] = 1
+                self.num_free_blocks -= 1
 
     def release(self, hashes: Sequence[int]) -> None:
         """Drop references; blocks nobody owns become evictable (most recently used last)."""
@@ -93,6 +97,7 @@ class KVCache:
             else:
                 del ref[h]
                 self._evictable[h] = None
+                self.num_free_blocks += 1
 
     def register(self, block_hash: int) -> bool:
         """Turn one of the caller's private blocks into a cached block named ``block_hash``.

@@ -45,12 +45,11 @@ PASSES = 3
 class Batch:
     """What one iteration runs (internal)."""
 
-    __slots__ = ("cost_args", "num_tokens", "preempted", "seqs", "steady", "tokens", "transfers")
+    __slots__ = ("cost_args", "items", "num_tokens", "preempted", "steady", "transfers")
 
     def __init__(self) -> None:
-        self.seqs: list[Sequence] = []
-        """Explicit sequences, in the order the pass scheduled them."""
-        self.tokens: list[int] = []
+        self.items: list[tuple[Sequence, int]] = []
+        """(explicit sequence, tokens it computes), in the order the pass scheduled them."""
         self.num_tokens = 0
         """Every token computed, steady sequences' included."""
         self.steady = 0
@@ -61,15 +60,13 @@ class Batch:
         """Set by static batching to charge padded work; None means charge what runs."""
 
     def add(self, seq: Sequence, n: int, iteration: int) -> None:
-        self.seqs.append(seq)
-        self.tokens.append(n)
+        self.items.append((seq, n))
         self.num_tokens += n
         seq.scheduled_at = iteration
 
     def remove(self, seq: Sequence) -> None:
-        i = self.seqs.index(seq)
-        del self.seqs[i]
-        self.num_tokens -= self.tokens.pop(i)
+        i = next(k for k, (s, _) in enumerate(self.items) if s is seq)
+        self.num_tokens -= self.items.pop(i)[1]
         seq.scheduled_at = -1
 
 
@@ -90,6 +87,7 @@ class Scheduler:
         """Running sequences that are not steady, in admission order."""
         self.steady = SteadySet(config.block_size)
         self.steady_ok = config.steady_decode and config.batching == "continuous"
+        self._timed = config.kv_transfer_mode == "timed"
         self.transferring: dict[str, Sequence] = {}
         self.kv_ready: deque[Sequence] = deque()
         """Decode role: KV received; admitted before the waiting queue since they hold blocks."""
@@ -129,10 +127,10 @@ class Scheduler:
         """Start a pass of steady sequences alone, if that is all there is and it fits:
         the pass number; else None (nothing changed)."""
         steady = self.steady.count
-        if not steady or self.explicit or self.kv_ready or len(self.waiting):
+        if not steady or self.explicit or self.kv_ready or self.waiting.live:
             return None
         g = self.iteration + 1
-        needed = self.steady.blocks_needed(g)
+        needed = self.steady.residue[g % self.bs]
         if needed > self.kv.num_free_blocks or steady >= self.config.max_num_batched_tokens:
             return None
         self.iteration = g
@@ -145,36 +143,33 @@ class Scheduler:
 
         ``last_end_s``: when the previous iteration ended (the time of every steady
         sequence's latest token, should they be made explicit)."""
-        batch = self._pass(now_s, last_end_s)
-        for _ in range(PASSES - 1):
-            if batch.seqs or batch.steady or not batch.preempted:
-                break
-            retry = self._pass(now_s, last_end_s)
-            retry.preempted[:0] = batch.preempted
-            retry.transfers[:0] = batch.transfers
-            batch = retry
-        return batch
-
-    def _pass(self, now_s: float, last_end_s: float) -> Batch:
-        self.iteration += 1
+        cfg = self.config
         batch = Batch()
-        if self.config.batching == "static":
-            self._schedule_static(now_s, batch)
-        elif self.config.prioritize == "prefill":
-            self._schedule_running(batch, False, last_end_s)
-            self._admit(now_s, batch)
-            if not self._fast_decodes(batch):
-                self.materialize(last_end_s)
-                self._schedule_running(batch, True, last_end_s)
-        else:
-            if not self._fast_running(batch):
-                self.materialize(last_end_s)
-                self._schedule_running(batch, None, last_end_s)
-            self._admit(now_s, batch)
+        for attempt in range(PASSES):
+            if attempt:
+                if batch.items or batch.steady or not batch.preempted:
+                    break
+                retry = Batch()
+                retry.preempted[:0] = batch.preempted
+                retry.transfers[:0] = batch.transfers
+                batch = retry
+            self.iteration += 1
+            if cfg.batching == "static":
+                self._schedule_static(now_s, batch)
+            elif cfg.prioritize == "prefill":
+                self._schedule_running(batch, False, last_end_s)
+                self._admit(now_s, batch)
+                if not self._fast_decodes(batch):
+                    self.materialize(last_end_s)
+                    self._schedule_running(batch, True, last_end_s)
+            else:
+                if not self._fast_running(batch):
+                    self.materialize(last_end_s)
+                    self._schedule_running(batch, None, last_end_s)
+                self._admit(now_s, batch)
         return batch
 
-    def _take_steady(self, batch: Batch, needed: int) -> None:
-        steady = self.steady.count
+    def _take_steady(self, batch: Batch, steady: int, needed: int) -> None:
         if needed:
             self.kv.allocate(needed)
         batch.steady = steady
@@ -187,40 +182,52 @@ class Scheduler:
         cfg = self.config
         limit = cfg.max_num_batched_tokens
         steady = self.steady.count
-        needed = self.steady.blocks_needed(self.iteration) if steady else 0
-        free = self.kv.num_free_blocks
+        needed = self.steady.residue[self.iteration % self.bs] if steady else 0
+        kv = self.kv
+        free = kv.num_free_blocks
         if needed > free or steady >= limit:
             return False
         explicit = self.explicit
         if not explicit:
-            self._take_steady(batch, needed)
+            if needed:
+                kv.allocate(needed)
+            batch.steady = steady
+            batch.num_tokens += steady
             return True
         demand = 0
         for seq in explicit:
             demand += seq.num_tokens - seq.num_computed
         if steady + demand <= limit:
             plan = [(s, s.num_tokens - s.num_computed) for s in explicit]
+            tokens = steady + demand
         elif cfg.enable_chunked_prefill and len(explicit) == 1:
             seq = explicit[0]
             if self.last_running() is not seq:
                 return False
-            plan = [(seq, min(seq.num_tokens - seq.num_computed, limit - steady))]
+            plan = [(seq, limit - steady)]  # the budget's rest: less than it needs
+            tokens = limit
         else:
             return False
         bs = self.bs
         blocks = needed
         for seq, n in plan:
-            blocks += max(-(-(seq.num_computed + n) // bs) - seq.num_blocks, 0)
+            blocks += max(
+                -(-(seq.num_computed + n) // bs) - seq.private_blocks - len(seq.shared), 0
+            )
         if blocks > free:
             return False
-        self._take_steady(batch, needed)
+        if needed:
+            kv.allocate(needed)
         it = self.iteration
         for seq, n in plan:
-            need = -(-(seq.num_computed + n) // bs) - seq.num_blocks
+            need = -(-(seq.num_computed + n) // bs) - seq.private_blocks - len(seq.shared)
             if need > 0:
-                self.kv.allocate(need)
+                kv.allocate(need)
                 seq.private_blocks += need
-            batch.add(seq, n, it)
+            seq.scheduled_at = it
+        batch.items.extend(plan)
+        batch.steady = steady
+        batch.num_tokens += tokens
         return True
 
     def _fast_decodes(self, batch: Batch) -> bool:
@@ -243,7 +250,7 @@ class Scheduler:
         left = self.config.max_num_batched_tokens - batch.num_tokens
         if steady + len(decodes) > left or blocks > self.kv.num_free_blocks:
             return False
-        self._take_steady(batch, needed)
+        self._take_steady(batch, steady, needed)
         for seq in decodes:
             need = -(-(seq.num_computed + 1) // bs) - seq.num_blocks
             if need > 0:
@@ -261,7 +268,7 @@ class Scheduler:
         bs = cfg.block_size
         chunked = cfg.enable_chunked_prefill
         it = self.iteration
-        add_seq, add_tokens = batch.seqs.append, batch.tokens.append
+        add = batch.items.append
         used = batch.num_tokens
         for seq in tuple(self.explicit):
             if used >= limit:
@@ -282,8 +289,7 @@ class Scheduler:
                 used = batch.num_tokens  # preemption may have unscheduled others
                 if not fits:
                     continue
-            add_seq(seq)
-            add_tokens(n)
+            add((seq, n))
             used += n
             seq.scheduled_at = it
         batch.num_tokens = used
@@ -336,85 +342,107 @@ class Scheduler:
         self.live += 1
 
     def _admit(self, now_s: float, batch: Batch) -> None:
+        """Admit what fits: KV pulls finished first (they hold blocks), then the waiting
+        queue in its order, which starts KV pulls for remote prompts. The scheduler's
+        hottest path after the steady set: written out rather than factored."""
         cfg = self.config
         bs = cfg.block_size
-        kv, waiting = self.kv, self.waiting
-        caching = cfg.enable_prefix_caching
-        ready = self.kv_ready
+        limit, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
+        kv, waiting, ready = self.kv, self.waiting, self.kv_ready
+        running, explicit = self.running, self.explicit
         it = self.iteration
-        while ready and self.live < cfg.max_num_seqs:
-            budget = cfg.max_num_batched_tokens - batch.num_tokens
+        add = batch.items.append
+        tokens = batch.num_tokens
+        while ready and self.live < max_seqs:
             got = ready[0]
             n = got.num_tokens - got.num_computed
-            if budget < n:
-                return
-            need = -(-(got.num_computed + n) // bs) - got.num_blocks
+            if limit - tokens < n:
+                break
+            need = -(-(got.num_computed + n) // bs) - got.private_blocks - len(got.shared)
             if need > 0 and not kv.allocate(need):
-                return
+                break
             ready.popleft()
-            got.private_blocks += max(0, need)
-            self._run(got, now_s)
-            batch.add(got, n, it)
-        while self.live < cfg.max_num_seqs:
-            budget = cfg.max_num_batched_tokens - batch.num_tokens
-            if budget <= 0:
-                return
-            seq = waiting.peek()
-            if seq is None or seq.preempted_at == it:
-                return  # a request preempted in this pass waits for the next one
-            if seq.remote is not None:
-                if not self._start_transfer(seq, now_s, batch):
-                    return
-                continue
-            hashes = seq.req.block_hashes
-            fresh = caching and seq.num_computed == 0
-            hit = kv.match_prefix(hashes, (seq.num_tokens - 1) // bs) if fresh and hashes else 0
-            computed = seq.num_computed + hit * bs
-            n = seq.num_tokens - computed
-            if n > budget:
-                if not cfg.enable_chunked_prefill:
-                    return
-                n = budget
-            need = -(-(computed + n) // bs) - seq.private_blocks - len(seq.shared) - hit
-            if hit:
-                kv.acquire(hashes[:hit])
-            if need > 0 and not kv.allocate(need):
-                if hit:
-                    kv.release(hashes[:hit])
-                return
-            waiting.pop()
-            if fresh:
-                self.prefix_queries += seq.prompt_tokens
-                self.prefix_hits += hit * bs
-            if hit:
-                seq.shared = list(hashes[:hit])
-                seq.num_hashed = hit
-                seq.num_computed = computed
-            if seq.first_scheduled_s is None:
-                seq.cached_tokens = hit * bs
             if need > 0:
-                seq.private_blocks += need
-            self._run(seq, now_s)
-            batch.add(seq, n, it)
-
-    def _start_transfer(self, seq: Sequence, now_s: float, batch: Batch) -> bool:
-        """Decode role: allocate the prompt's blocks and start pulling its KV."""
-        assert seq.remote is not None
-        need = -(-seq.prompt_tokens // self.config.block_size) - seq.num_blocks
-        if need > 0 and not self.kv.allocate(need):
-            return False
-        self.waiting.pop()
-        seq.private_blocks += max(0, need)
-        seq.status = TRANSFERRING
-        remote = seq.remote
-        transfer_s = remote.transfer_s
-        if transfer_s is None:
-            transfer_s = self.cost.kv_transfer_s(remote.num_tokens, self.config.kv_link_bytes_per_s)
-        self.transferring[seq.request_id] = seq
-        if self.config.kv_transfer_mode == "timed":
-            heapq.heappush(self.transfer_heap, (now_s + transfer_s, seq.order, seq.request_id))
-        batch.transfers.append(KVTransferStart(seq.request_id, remote.num_tokens, transfer_s))
-        return True
+                got.private_blocks += need
+            if got.first_scheduled_s is None:
+                got.first_scheduled_s = now_s
+            got.status = RUNNING
+            running.append(got)
+            explicit.append(got)
+            self.live += 1
+            add((got, n))
+            tokens += n
+            got.scheduled_at = it
+        else:
+            caching = cfg.enable_prefix_caching
+            fifo = waiting.fifo
+            pop = waiting.pop
+            while waiting.live and self.live < max_seqs:
+                budget = limit - tokens
+                if budget <= 0:
+                    break
+                seq = fifo[0] if fifo is not None else waiting.peek()
+                if seq is None or seq.preempted_at == it:
+                    break  # a request preempted in this pass waits for the next one
+                remote = seq.remote
+                if remote is not None:  # decode role: allocate the prompt, pull its KV
+                    need = -(-seq.prompt_tokens // bs) - seq.private_blocks - len(seq.shared)
+                    if need > 0 and not kv.allocate(need):
+                        break
+                    pop()
+                    if need > 0:
+                        seq.private_blocks += need
+                    seq.status = TRANSFERRING
+                    transfer_s = remote.transfer_s
+                    if transfer_s is None:
+                        link = cfg.kv_link_bytes_per_s
+                        transfer_s = self.cost.kv_transfer_s(remote.num_tokens, link)
+                    rid = seq.request_id
+                    self.transferring[rid] = seq
+                    if self._timed:
+                        heapq.heappush(self.transfer_heap, (now_s + transfer_s, seq.order, rid))
+                    batch.transfers.append(KVTransferStart(rid, remote.num_tokens, transfer_s))
+                    continue
+                hit = 0
+                fresh = caching and seq.num_computed == 0
+                if fresh:
+                    hashes = seq.req.block_hashes
+                    if hashes:
+                        hit = kv.match_prefix(hashes, (seq.num_tokens - 1) // bs)
+                computed = seq.num_computed + hit * bs
+                n = seq.num_tokens - computed
+                if n > budget:
+                    if not cfg.enable_chunked_prefill:
+                        break
+                    n = budget
+                need = -(-(computed + n) // bs) - seq.private_blocks - len(seq.shared) - hit
+                if hit:
+                    kv.acquire(hashes[:hit])
+                if need > 0 and not kv.allocate(need):
+                    if hit:
+                        kv.release(hashes[:hit])
+                    break
+                pop()
+                if fresh:
+                    self.prefix_queries += seq.prompt_tokens
+                    self.prefix_hits += hit * bs
+                if hit:
+                    seq.shared = hashes[:hit]
+                    seq.num_hashed = hit
+                    seq.num_computed = computed
+                if need > 0:
+                    seq.private_blocks += need
+                if seq.first_scheduled_s is None:
+                    seq.cached_tokens = hit * bs
+                    seq.first_scheduled_s = now_s
+                seq.status = RUNNING
+                running.append(seq)
+                explicit.append(seq)
+                self.live += 1
+                add((seq, n))
+                tokens += n
+                seq.scheduled_at = it
+        batch.num_tokens = tokens
 
     def _schedule_static(self, now_s: float, batch: Batch) -> None:
         cfg = self.config
@@ -491,10 +519,8 @@ class Scheduler:
             pos -= 1
         explicit.insert(pos, seq)
 
-    def settle(self) -> None:
-        """After an iteration: drop finished and newly steady sequences from the explicit
-        list, and compact the running list once most of its entries are finished."""
-        self.explicit = [s for s in self.explicit if s.status == RUNNING and not s.steady]
+    def compact(self) -> None:
+        """Drop finished entries from the running list once they are most of it."""
         running = self.running
         if len(running) > 64 and self.live < len(running) // 2:
             self.running = [s for s in running if s.status == RUNNING]
@@ -503,8 +529,8 @@ class Scheduler:
         self.kv.free(seq.private_blocks)
         if seq.shared:
             self.kv.release(seq.shared)
+            seq.shared = ()
         seq.private_blocks = 0
-        seq.shared = []
         seq.num_hashed = 0
 
     def complete_due_transfers(self, now_s: float) -> list[Sequence]:

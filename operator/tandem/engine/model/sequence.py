@@ -38,6 +38,7 @@ class Sequence:
         "first_scheduled_s",
         "first_token_s",
         "g0",
+        "hold",
         "last_emit_s",
         "limit",
         "max_tokens",
@@ -64,6 +65,13 @@ class Sequence:
         "version",
     )
 
+    c0: int
+    """Steady: computed tokens when it joined the set."""
+    g0: int
+    """Steady: the first scheduling pass it decoded in as a member."""
+    out0: int
+    """Steady: outputs when it joined the set."""
+
     def __init__(self, req: EngineRequest, arrival_s: float, order: int, max_tokens: int) -> None:
         self.req = req
         self.request_id = req.request_id
@@ -79,7 +87,7 @@ class Sequence:
         self.num_tokens = req.prompt_tokens
         self.num_output = 0
         self.private_blocks = 0
-        self.shared: list[int] = []
+        self.shared: tuple[int, ...] = ()
         self.num_hashed = 0
         self.status = WAITING
         self.queued = False
@@ -91,16 +99,16 @@ class Sequence:
         self.cached_tokens = 0
         self.external_tokens = 0
         self.remote: RemoteKV | None = req.remote_kv
+        self.hold = req.hold_kv_for_remote
+        """Prefill role: keep the blocks after finishing until pulled (or the lease ends)."""
         self.scheduled_at = -1
         """Scheduling pass this sequence was last scheduled in."""
         self.preempted_at = -1
         """Scheduling pass this sequence was last preempted in (not re-admitted in it)."""
         self.steady = False
-        self.c0 = 0
-        self.g0 = 0
-        self.out0 = 0
         self.version = 0
-        """Bumped whenever it joins or leaves the steady set (stale heap entries)."""
+        """Bumped whenever it joins or leaves the steady set (stale heap entries); ``c0``,
+        ``g0`` and ``out0`` are set when it joins."""
 
     @property
     def num_blocks(self) -> int:
