@@ -27,8 +27,8 @@ from typing import Any
 
 import aiohttp
 
-from tandem.engine.calibrate import fit_calibration_file
 from tandem.engine.model import Engine, EngineRequest
+from tandem.engine.model.calibrate import fit_calibration, parse_perf_rows
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TRACE = EXAMPLES / "traces" / "AzureLLMInferenceTrace_conv.csv"
@@ -152,7 +152,8 @@ def print_batching(n: int, rate: float) -> None:
 
 
 def print_calibration(refit: bool) -> None:
-    fit = fit_calibration_file(PERF)
+    with PERF.open(newline="") as fh:
+        fit = fit_calibration(parse_perf_rows(fh))
     print(
         f"== Calibration against {PERF.name} (Llama-2-70B, vLLM; error = |model - measured| "
         "/ measured) =="

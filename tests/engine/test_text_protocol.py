@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from tandem.engine.clock import AsyncioClock, VirtualClock
+from tandem.engine.model import VirtualClock
 from tandem.engine.server.errors import ApiError
 from tandem.engine.server.protocol import parse_body
+from tandem.engine.server.realtime import AsyncioClock
 from tandem.engine.server.responses import ChunkFormatter
 from tandem.engine.server.text import (
     count_text_tokens,

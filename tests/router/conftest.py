@@ -28,7 +28,7 @@ from tandem.engine.server.factory import SimOptions, build_server_config
 from tandem.router.app import Serving, build_app, start_router
 from tandem.router.config import RouterConfig
 from tandem.router.discovery import StaticDiscovery
-from tandem.router.engine_metrics import parse_engine_metrics
+from tandem.router.engine_metrics import parse_engine_gauges
 from tandem.router.proxy import ROUTER
 from tandem.router.state import Router
 
@@ -52,7 +52,7 @@ class SimEngine:
     async def running(self) -> float:
         """``vllm:num_requests_running`` as the router's scraper reads it."""
         async with aiohttp.ClientSession() as session, session.get(self.url + "/metrics") as r:
-            return parse_engine_metrics(await r.text()).running or 0.0
+            return parse_engine_gauges(await r.text()).running or 0.0
 
     async def kill(self) -> None:
         """SIGKILL a subprocess engine: its connections reset, its port closes."""

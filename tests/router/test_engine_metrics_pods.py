@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.router.engine_metrics import parse_engine_metrics
+from tandem.router.engine_metrics import parse_engine_gauges
 from tandem.router.pods import PodTable, compute_pod_endpoint
 
 PAGE = """\
@@ -21,22 +21,22 @@ vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 4.0
 
 
 def test_colon_spelling_sums_queues_and_averages_kv() -> None:
-    sample = parse_engine_metrics(PAGE)
+    sample = parse_engine_gauges(PAGE)
     assert sample.waiting == 5.0
     assert sample.running == 7.0
     assert sample.kv_usage == 0.375
 
 
 def test_underscore_spelling_is_the_same() -> None:
-    assert parse_engine_metrics(PAGE.replace("vllm:", "vllm_")) == parse_engine_metrics(PAGE)
+    assert parse_engine_gauges(PAGE.replace("vllm:", "vllm_")) == parse_engine_gauges(PAGE)
 
 
 def test_missing_and_garbage_lines() -> None:
-    sample = parse_engine_metrics(
+    sample = parse_engine_gauges(
         'vllm:num_requests_running{x="}"} NaN\nvllm_kv_cache_usage_perc oops\n'
     )
     assert (sample.waiting, sample.running, sample.kv_usage) == (None, None, None)
-    assert parse_engine_metrics("vllm:num_requests_running 4 1700000000\n").running == 4.0
+    assert parse_engine_gauges("vllm:num_requests_running 4 1700000000\n").running == 4.0
 
 
 def make_pod(

@@ -20,7 +20,7 @@ _PREFIXES = tuple(f"vllm{sep}{name}" for name in _WANTED for sep in (":", "_"))
 
 
 @dataclass(frozen=True)
-class EngineSample:
+class EngineGauges:
     """One scrape's figures; ``None`` where the page did not have the metric."""
 
     waiting: float | None
@@ -28,12 +28,12 @@ class EngineSample:
     kv_usage: float | None
 
 
-def parse_engine_metrics(text: str) -> EngineSample:
+def parse_engine_gauges(text: str) -> EngineGauges:
     """The three gauges of a ``/metrics`` page.
 
     >>> page = 'vllm:num_requests_waiting{engine="0"} 3.0\\nvllm_kv_cache_usage_perc 0.25\\n'
-    >>> parse_engine_metrics(page)
-    EngineSample(waiting=3.0, running=None, kv_usage=0.25)
+    >>> parse_engine_gauges(page)
+    EngineGauges(waiting=3.0, running=None, kv_usage=0.25)
     """
     values: dict[str, list[float]] = {name: [] for name in _WANTED}
     for line in text.splitlines():
@@ -43,7 +43,7 @@ def parse_engine_metrics(text: str) -> EngineSample:
         if name is not None and value is not None:
             values[name].append(value)
     waiting, running, kv = values[WAITING], values[RUNNING], values[KV_USAGE]
-    return EngineSample(
+    return EngineGauges(
         waiting=sum(waiting) if waiting else None,
         running=sum(running) if running else None,
         kv_usage=sum(kv) / len(kv) if kv else None,

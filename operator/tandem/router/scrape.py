@@ -1,7 +1,7 @@
 """Periodic scraping of every engine's ``/metrics`` for selection. Does HTTP I/O.
 
 One task per router, one concurrent GET per engine per interval, on the router's pooled
-client. Parsing is :func:`tandem.router.engine_metrics.parse_engine_metrics`; a scrape
+client. Parsing is :func:`tandem.router.engine_metrics.parse_engine_gauges`; a scrape
 that fails or times out marks the engine unhealthy until one succeeds, which is how a
 dead engine in static mode leaves rotation before requests find out.
 """
@@ -13,7 +13,7 @@ import logging
 
 import aiohttp
 
-from tandem.router.engine_metrics import parse_engine_metrics
+from tandem.router.engine_metrics import parse_engine_gauges
 from tandem.router.selection import Endpoint
 from tandem.router.state import Router
 
@@ -40,7 +40,7 @@ async def scrape_endpoint(router: Router, endpoint: Endpoint) -> None:
             log.warning("scraping %s failed: %s: %s", endpoint.url, type(err).__name__, err)
         endpoint.scrape_ok = False
         return
-    sample = parse_engine_metrics(text)
+    sample = parse_engine_gauges(text)
     if not endpoint.scrape_ok:
         log.info("scraping %s works again", endpoint.url)
     endpoint.record_scrape(sample.waiting, sample.running, sample.kv_usage)

@@ -2,7 +2,8 @@
 
 The engine model never reads a clock: drivers read one and pass ``now_s``. A :class:`Clock`
 gives the time in seconds and waits until a time. :class:`VirtualClock` (fleet simulator,
-tests) jumps instead of waiting; the real-time asyncio clock lives in ``tandem.engine.clock``.
+tests) jumps instead of waiting; the real-time asyncio clock lives in
+``tandem.engine.server.realtime``.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from tandem.engine.clock import AsyncioClock
 from tandem.engine.model import KVTransferStart
+from tandem.engine.server.realtime import AsyncioClock
 from tandem.engine.server.runner import EngineRunner, PullFn
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.engine.clock import AsyncioClock
 from tandem.engine.model import (
     Engine,
     EngineRequest,
@@ -24,6 +23,7 @@ from tandem.engine.model import (
 )
 from tandem.engine.server.errors import ApiError
 from tandem.engine.server.metrics import EngineMetrics
+from tandem.engine.server.realtime import AsyncioClock
 
 log = logging.getLogger(__name__)
 

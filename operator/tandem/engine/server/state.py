@@ -15,10 +15,10 @@ from typing import Literal
 import aiohttp
 from aiohttp import web
 
-from tandem.engine.clock import AsyncioClock
 from tandem.engine.model import Engine, EngineStats
 from tandem.engine.server.config import SimServerConfig
 from tandem.engine.server.metrics import EngineMetrics
+from tandem.engine.server.realtime import AsyncioClock
 from tandem.engine.server.runner import EngineRunner
 
 Fault = Literal["ok", "error", "hang", "crash"]

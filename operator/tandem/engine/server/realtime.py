@@ -1,21 +1,17 @@
-"""Clocks for driving the engine model: the real-time asyncio clock, and re-exports.
-
-Reads the monotonic and wall clocks and sleeps; no other I/O.
+"""The simulated server's real-time clock, on asyncio. Reads the monotonic and wall
+clocks and sleeps; no other I/O.
 
 :class:`AsyncioClock` reads the monotonic clock (the one asyncio's loop uses) and waits with
 ``asyncio.sleep``; with ``speedup`` k, simulated time runs k times faster than wall time, so a
 modelled 20 ms iteration takes 2 ms at k = 10 while every reported latency stays in simulated
-seconds. :class:`VirtualClock` and the :class:`Clock` protocol live in the pure model.
+seconds. It satisfies the model's :class:`~tandem.engine.model.clock.Clock` protocol, whose
+other clock is the virtual one (:class:`~tandem.engine.model.clock.VirtualClock`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-
-from tandem.engine.model.clock import Clock, VirtualClock
-
-__all__ = ["AsyncioClock", "Clock", "VirtualClock"]
 
 
 class AsyncioClock:
