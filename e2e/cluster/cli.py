@@ -1,0 +1,281 @@
+"""``bash e2e/kube COMMAND`` (``python -m cluster COMMAND``): up, down, status, restart,
+sa-kubeconfig, and serve (the supervisor itself). Does process and file I/O.
+
+``up`` builds or reuses the programs, starts a supervisor in the background (it outlives
+``up``) and waits until the cluster is ready; it prints ``HELM=``, ``KUBECTL=``,
+``TANDEM_E2E_CLUSTER=`` (the state directory, for the pytest fixture to reuse) and, last,
+``KUBECONFIG=``. ``down`` stops the supervisor and so everything it started; the state
+directory stays for its logs until the next ``up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cluster.binaries import BinariesMissing, build_binaries, cache_root, find_binaries
+from cluster.controlplane import log_tail
+from cluster.layout import NODE_MODES, ClusterInfo, Layout, NodeSpec
+from cluster.spawn import pid_alive, signal_group, wait_gone
+from cluster.supervisor import child_env, request, serve
+
+UP_TIMEOUT_S = 300.0
+DOWN_TIMEOUT_S = 90.0
+
+
+def default_state_dir() -> Path:
+    return cache_root() / "run"
+
+
+def running_info(state_dir: Path) -> ClusterInfo | None:
+    """The run in ``state_dir`` if its supervisor is alive and the cluster ready."""
+    layout = Layout(state_dir)
+    if not layout.info.exists():
+        return None
+    try:
+        info = ClusterInfo.load(state_dir)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if info.supervisor_pid and pid_alive(info.supervisor_pid) and layout.ready.exists():
+        return info
+    return None
+
+
+def node_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=2, help="how many nodes (default 2)")
+    p.add_argument("--node-mode", choices=NODE_MODES, default="process")
+    p.add_argument("--node-cpu", default="16", help="cpu capacity per node (default 16)")
+    p.add_argument("--node-memory", default="64Gi", help="memory per node (default 64Gi)")
+    p.add_argument("--node-gpus", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+    p.add_argument("--max-pods", type=int, default=250, help="pods per node (default 250)")
+
+
+def node_spec(args: argparse.Namespace) -> NodeSpec:
+    if args.nodes < 1:
+        raise SystemExit("--nodes must be at least 1")
+    return NodeSpec(
+        names=[f"node-{i}" for i in range(args.nodes)],
+        cpu=args.node_cpu,
+        memory=args.node_memory,
+        gpus=args.node_gpus,
+        max_pods=args.max_pods,
+        mode=args.node_mode,
+    )
+
+
+def start_background(
+    state_dir: Path, bin_dir: Path, args: argparse.Namespace
+) -> subprocess.Popen[bytes]:
+    """Start a supervisor that outlives this process (its own session, no death signal)."""
+    if state_dir.exists():
+        shutil.rmtree(state_dir)
+    layout = Layout(state_dir)
+    layout.logs.mkdir(parents=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "cluster",
+        "serve",
+        f"--state-dir={state_dir}",
+        f"--bin-dir={bin_dir}",
+        f"--nodes={args.nodes}",
+        f"--node-mode={args.node_mode}",
+        f"--node-cpu={args.node_cpu}",
+        f"--node-memory={args.node_memory}",
+        f"--node-gpus={args.node_gpus}",
+        f"--max-pods={args.max_pods}",
+    ]
+    with layout.log("supervisor").open("ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            start_new_session=True,
+        )
+
+
+def wait_up(state_dir: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> ClusterInfo:
+    layout = Layout(state_dir)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if layout.ready.exists():
+            return ClusterInfo.load(state_dir)
+        if layout.failed.exists() or proc.poll() is not None:
+            reason = layout.failed.read_text().strip() if layout.failed.exists() else "exited"
+            proc.wait(timeout=DOWN_TIMEOUT_S)
+            raise RuntimeError(
+                f"the cluster did not start: {reason}\n{layout.log('supervisor')}:\n"
+                f"{log_tail(layout.log('supervisor'), 40)}"
+            )
+        time.sleep(0.2)
+    stop_supervisor(state_dir)
+    raise RuntimeError(
+        f"the cluster was not ready after {timeout_s:.0f} s; logs in {layout.logs}:\n"
+        f"{log_tail(layout.log('supervisor'), 40)}"
+    )
+
+
+def stop_supervisor(state_dir: Path, timeout_s: float = DOWN_TIMEOUT_S) -> bool:
+    """SIGTERM the supervisor and wait; SIGKILL its group (and so, through their death
+    signal, its children) if it does not finish in time. False if none was running."""
+    try:
+        info = ClusterInfo.load(state_dir)
+    except FileNotFoundError:
+        return False
+    pid = info.supervisor_pid
+    if not pid or not pid_alive(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    if not wait_gone(pid, timeout_s):
+        signal_group(pid, signal.SIGKILL)
+        wait_gone(pid, 10)
+    # Children left by a supervisor that was killed: their pids are in cluster.json.
+    for name, child in ClusterInfo.load(state_dir).pids.items():
+        if pid_alive(child):
+            logging.warning("%s (pid %d) outlived the supervisor; killing it", name, child)
+            signal_group(child, signal.SIGKILL)
+    return True
+
+
+def print_handles(info: ClusterInfo) -> None:
+    bin_dir = Path(info.bin_dir)
+    print(f"HELM={bin_dir / 'helm'}")
+    print(f"KUBECTL={bin_dir / 'kubectl'}")
+    print(f"TANDEM_E2E_CLUSTER={info.state_dir}")
+    print(f"KUBECONFIG={info.layout.admin_kubeconfig}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir.resolve()
+    info = running_info(state_dir)
+    if info is not None:
+        print(
+            f"kube: already up in {state_dir} (supervisor {info.supervisor_pid})", file=sys.stderr
+        )
+        print_handles(info)
+        return 0
+    stop_supervisor(state_dir)
+    t0 = time.monotonic()
+    try:
+        binaries = find_binaries()
+    except BinariesMissing:
+        print("kube: building the control-plane programs", file=sys.stderr)
+        binaries = build_binaries()
+    print(
+        f"kube: programs ready in {time.monotonic() - t0:.1f} s ({binaries.bin_dir})",
+        file=sys.stderr,
+    )
+    t1 = time.monotonic()
+    proc = start_background(state_dir, binaries.bin_dir, args)
+    info = wait_up(state_dir, proc, UP_TIMEOUT_S)
+    print(
+        f"kube: cluster up in {time.monotonic() - t1:.1f} s "
+        f"({len(info.nodes.names)} {info.nodes.mode} nodes; logs in {info.layout.logs})",
+        file=sys.stderr,
+    )
+    print_handles(info)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    if stop_supervisor(args.state_dir.resolve()):
+        print(f"kube: down in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    else:
+        print(f"kube: nothing running in {args.state_dir}", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    info = running_info(args.state_dir.resolve())
+    if info is None:
+        print(f"kube: not up ({args.state_dir})")
+        return 1
+    answer = request(info.layout.root, {"op": "status"}, timeout_s=10)
+    print(f"kube: up, supervisor {info.supervisor_pid}, running {', '.join(answer['running'])}")
+    print_handles(info)
+    return 0
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    answer = request(
+        args.state_dir.resolve(),
+        {"op": "restart", "component": args.component, "down_s": args.down_s},
+    )
+    print(f"kube: {args.component} healthy again after {answer['elapsed_s']} s")
+    return 0
+
+
+def cmd_sa_kubeconfig(args: argparse.Namespace) -> int:
+    from cluster.kubeconfig import write_sa_kubeconfig
+
+    info = running_info(args.state_dir.resolve())
+    if info is None:
+        raise SystemExit(f"kube: not up ({args.state_dir})")
+    path = write_sa_kubeconfig(
+        info.layout.kubeconfigs,
+        admin_kubeconfig=info.layout.admin_kubeconfig,
+        server=info.apiserver_url,
+        ca=info.layout.pki / "ca.crt",
+        namespace=args.namespace,
+        service_account=args.name,
+    )
+    print(f"KUBECONFIG={path}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stdout,
+    )
+    return serve(args.state_dir.resolve(), args.bin_dir.resolve(), node_spec(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bash e2e/kube", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("TANDEM_E2E_CLUSTER") or default_state_dir()),
+        help="the run's directory (default $TANDEM_E2E_CLUSTER, else ~/.cache/tandem-e2e/run)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser(
+        "up", help="build or reuse the programs, start the cluster in the background"
+    )
+    node_args(up)
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop everything `up` started").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="is it up; the handles").set_defaults(func=cmd_status)
+    r = sub.add_parser("restart", help="restart etcd or a control-plane component")
+    r.add_argument(
+        "component", choices=["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    )
+    r.add_argument("--down-s", type=float, default=0.0, help="seconds to keep it stopped")
+    r.set_defaults(func=cmd_restart)
+    s = sub.add_parser("sa-kubeconfig", help="a kubeconfig acting as a ServiceAccount")
+    s.add_argument("namespace")
+    s.add_argument("name")
+    s.set_defaults(func=cmd_sa_kubeconfig)
+    serve_p = sub.add_parser("serve", help="run the supervisor in the foreground")
+    serve_p.add_argument("--bin-dir", type=Path, required=True)
+    node_args(serve_p)
+    serve_p.set_defaults(func=cmd_serve)
+    args = p.parse_args(argv)
+    try:
+        rc: int = args.func(args)
+    except (RuntimeError, BinariesMissing, subprocess.CalledProcessError) as err:
+        print(f"kube: {err}", file=sys.stderr)
+        return 1
+    return rc

@@ -1,0 +1,131 @@
+"""The state directory of one cluster run and its description file. Pure, except
+``ClusterInfo.load``/``save``, which read and write ``cluster.json``.
+
+Everything a run writes lives under one directory, so ``down`` (or a test's teardown)
+leaves nothing behind elsewhere, and a run's evidence (logs, audit log) is in one place::
+
+    cluster.json        ClusterInfo: ports, programs, nodes, the supervisor's pid
+    ready | failed      written by the supervisor when started / when start failed
+    control.sock        the supervisor's control socket (restart a component)
+    pki/                CA, serving and client certificates, the SA signing key
+    kubeconfig/         admin.yaml, one per component and node, sa-<ns>-<name>.yaml
+    etcd/               etcd's data directory
+    audit/              policy.yaml and audit.log (JSON lines)
+    logs/               one log per component, nodeagent.log, supervisor.log
+    pods/<ns>_<name>_<uid>/  a pod's token directory, emptyDirs and container logs
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NODE_MODES = ("process", "processless")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths inside a state directory."""
+
+    root: Path
+
+    @property
+    def info(self) -> Path:
+        return self.root / "cluster.json"
+
+    @property
+    def ready(self) -> Path:
+        return self.root / "ready"
+
+    @property
+    def failed(self) -> Path:
+        return self.root / "failed"
+
+    @property
+    def control_socket(self) -> Path:
+        return self.root / "control.sock"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def kubeconfigs(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.kubeconfigs / "admin.yaml"
+
+    def node_kubeconfig(self, node: str) -> Path:
+        return self.kubeconfigs / f"node-{node}.yaml"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def audit_policy(self) -> Path:
+        return self.root / "audit" / "policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "audit" / "audit.log"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    @property
+    def pods(self) -> Path:
+        return self.root / "pods"
+
+
+@dataclass
+class NodeSpec:
+    """What the node agent registers: names and per-node capacity."""
+
+    names: list[str]
+    cpu: str = "16"
+    memory: str = "64Gi"
+    gpus: int = 8
+    max_pods: int = 250
+    mode: str = "process"
+
+
+@dataclass
+class ClusterInfo:
+    """What ``cluster.json`` records about a run; enough for another process to use it."""
+
+    state_dir: str
+    bin_dir: str
+    ports: dict[str, int]
+    nodes: NodeSpec
+    service_cluster_ip_range: str = "10.96.0.0/16"
+    supervisor_pid: int = 0
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(Path(self.state_dir))
+
+    def save(self) -> None:
+        path = self.layout.info
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> ClusterInfo:
+        raw = json.loads(Layout(state_dir).info.read_text())
+        raw["nodes"] = NodeSpec(**raw["nodes"])
+        return cls(**raw)
