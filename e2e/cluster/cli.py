@@ -13,44 +13,37 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from cluster.binaries import BinariesMissing, build_binaries, cache_root, find_binaries
-from cluster.controlplane import log_tail
-from cluster.layout import NODE_MODES, ClusterInfo, Layout, NodeSpec
-from cluster.spawn import pid_alive, signal_group, wait_gone
-from cluster.supervisor import child_env, request, serve
-
-UP_TIMEOUT_S = 300.0
-DOWN_TIMEOUT_S = 90.0
+from cluster.layout import NODE_MODES, ClusterInfo, NodeSpec
+from cluster.supervisor import (
+    UP_TIMEOUT_S,
+    launch,
+    request,
+    running_info,
+    serve,
+    stop_supervisor,
+    wait_ready,
+)
 
 
 def default_state_dir() -> Path:
     return cache_root() / "run"
 
 
-def running_info(state_dir: Path) -> ClusterInfo | None:
-    """The run in ``state_dir`` if its supervisor is alive and the cluster ready."""
-    layout = Layout(state_dir)
-    if not layout.info.exists():
-        return None
-    try:
-        info = ClusterInfo.load(state_dir)
-    except (ValueError, KeyError, TypeError):
-        return None
-    if info.supervisor_pid and pid_alive(info.supervisor_pid) and layout.ready.exists():
-        return info
-    return None
-
-
 def node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=2, help="how many nodes (default 2)")
     p.add_argument("--node-mode", choices=NODE_MODES, default="process")
+    p.add_argument(
+        "--processless-nodes",
+        type=int,
+        default=0,
+        help="extra processless nodes, tainted tandem.dev/processless:NoSchedule (default 0)",
+    )
     p.add_argument("--node-cpu", default="16", help="cpu capacity per node (default 16)")
     p.add_argument("--node-memory", default="64Gi", help="memory per node (default 64Gi)")
     p.add_argument("--node-gpus", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
@@ -58,8 +51,8 @@ def node_args(p: argparse.ArgumentParser) -> None:
 
 
 def node_spec(args: argparse.Namespace) -> NodeSpec:
-    if args.nodes < 1:
-        raise SystemExit("--nodes must be at least 1")
+    if args.nodes < 0 or args.processless_nodes < 0 or args.nodes + args.processless_nodes < 1:
+        raise SystemExit("--nodes and --processless-nodes: at least one node in all")
     return NodeSpec(
         names=[f"node-{i}" for i in range(args.nodes)],
         cpu=args.node_cpu,
@@ -67,83 +60,8 @@ def node_spec(args: argparse.Namespace) -> NodeSpec:
         gpus=args.node_gpus,
         max_pods=args.max_pods,
         mode=args.node_mode,
+        processless_names=[f"processless-{i}" for i in range(args.processless_nodes)],
     )
-
-
-def start_background(
-    state_dir: Path, bin_dir: Path, args: argparse.Namespace
-) -> subprocess.Popen[bytes]:
-    """Start a supervisor that outlives this process (its own session, no death signal)."""
-    if state_dir.exists():
-        shutil.rmtree(state_dir)
-    layout = Layout(state_dir)
-    layout.logs.mkdir(parents=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "cluster",
-        "serve",
-        f"--state-dir={state_dir}",
-        f"--bin-dir={bin_dir}",
-        f"--nodes={args.nodes}",
-        f"--node-mode={args.node_mode}",
-        f"--node-cpu={args.node_cpu}",
-        f"--node-memory={args.node_memory}",
-        f"--node-gpus={args.node_gpus}",
-        f"--max-pods={args.max_pods}",
-    ]
-    with layout.log("supervisor").open("ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=child_env(),
-            start_new_session=True,
-        )
-
-
-def wait_up(state_dir: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> ClusterInfo:
-    layout = Layout(state_dir)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if layout.ready.exists():
-            return ClusterInfo.load(state_dir)
-        if layout.failed.exists() or proc.poll() is not None:
-            reason = layout.failed.read_text().strip() if layout.failed.exists() else "exited"
-            proc.wait(timeout=DOWN_TIMEOUT_S)
-            raise RuntimeError(
-                f"the cluster did not start: {reason}\n{layout.log('supervisor')}:\n"
-                f"{log_tail(layout.log('supervisor'), 40)}"
-            )
-        time.sleep(0.2)
-    stop_supervisor(state_dir)
-    raise RuntimeError(
-        f"the cluster was not ready after {timeout_s:.0f} s; logs in {layout.logs}:\n"
-        f"{log_tail(layout.log('supervisor'), 40)}"
-    )
-
-
-def stop_supervisor(state_dir: Path, timeout_s: float = DOWN_TIMEOUT_S) -> bool:
-    """SIGTERM the supervisor and wait; SIGKILL its group (and so, through their death
-    signal, its children) if it does not finish in time. False if none was running."""
-    try:
-        info = ClusterInfo.load(state_dir)
-    except FileNotFoundError:
-        return False
-    pid = info.supervisor_pid
-    if not pid or not pid_alive(pid):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    if not wait_gone(pid, timeout_s):
-        signal_group(pid, signal.SIGKILL)
-        wait_gone(pid, 10)
-    # Children left by a supervisor that was killed: their pids are in cluster.json.
-    for name, child in ClusterInfo.load(state_dir).pids.items():
-        if pid_alive(child):
-            logging.warning("%s (pid %d) outlived the supervisor; killing it", name, child)
-            signal_group(child, signal.SIGKILL)
-    return True
 
 
 def print_handles(info: ClusterInfo) -> None:
@@ -175,11 +93,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     t1 = time.monotonic()
-    proc = start_background(state_dir, binaries.bin_dir, args)
-    info = wait_up(state_dir, proc, UP_TIMEOUT_S)
+    proc = launch(state_dir, binaries.bin_dir, node_spec(args), detach=True)
+    info = wait_ready(state_dir, proc, UP_TIMEOUT_S)
     print(
         f"kube: cluster up in {time.monotonic() - t1:.1f} s "
-        f"({len(info.nodes.names)} {info.nodes.mode} nodes; logs in {info.layout.logs})",
+        f"({len(info.nodes.names)} {info.nodes.mode} nodes, "
+        f"{len(info.nodes.processless_names)} processless; logs in {info.layout.logs})",
         file=sys.stderr,
     )
     print_handles(info)

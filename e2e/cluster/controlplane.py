@@ -105,7 +105,9 @@ def prepare(info: ClusterInfo) -> None:
         "kube-controller-manager": ("system:kube-controller-manager", ()),
         "kube-scheduler": ("system:kube-scheduler", ()),
     }
-    clients.update({f"node-{n}": (f"system:node:{n}", ("system:nodes",)) for n in info.nodes.names})
+    clients.update(
+        {f"node-{n}": (f"system:node:{n}", ("system:nodes",)) for n in info.nodes.all_names}
+    )
     for stem, (user, groups) in clients.items():
         pair = pki.make_cert(ca, layout.pki, stem, common_name=user, organizations=groups)
         write_cert_kubeconfig(

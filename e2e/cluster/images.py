@@ -182,11 +182,11 @@ IMAGES: tuple[ImageRule, ...] = (
     ImageRule(
         patterns=("python:*", "python"),
         what="a Python image",
-        entrypoint=("python3",),
+        default_args=("python3",),
         programs=_tandem_programs,
         env=(("PYTHONUNBUFFERED", "1"),),
     ),
-    ImageRule(patterns=("busybox:*", "busybox"), what="busybox", entrypoint=("sh",)),
+    ImageRule(patterns=("busybox:*", "busybox"), what="busybox", default_args=("sh",)),
 )
 
 

@@ -86,16 +86,34 @@ class Layout:
         return self.root / "pods"
 
 
+PROCESSLESS_TAINT = "tandem.dev/processless"
+"""Taint (NoSchedule) of the extra processless nodes of a mixed cluster: only pods that
+tolerate it (scale runs) land there; everything else runs as processes."""
+
+
 @dataclass
 class NodeSpec:
-    """What the node agent registers: names and per-node capacity."""
+    """What the node agent registers: names, modes and per-node capacity."""
 
     names: list[str]
+    """Nodes in ``mode``."""
     cpu: str = "16"
     memory: str = "64Gi"
     gpus: int = 8
     max_pods: int = 250
     mode: str = "process"
+    processless_names: list[str] = field(default_factory=list)
+    """Extra nodes in processless mode, tainted ``PROCESSLESS_TAINT`` (mixed clusters)."""
+
+    @property
+    def all_names(self) -> list[str]:
+        return [*self.names, *self.processless_names]
+
+    def mode_of(self, node: str) -> str:
+        return "processless" if node in self.processless_names else self.mode
+
+    def tainted(self, node: str) -> bool:
+        return node in self.processless_names
 
 
 @dataclass

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,10 +33,12 @@ from typing import Any
 from cluster.controlplane import ControlPlane, allocate_ports, log_tail, prepare
 from cluster.kubeapi import api_client, call_json, core
 from cluster.layout import ClusterInfo, Layout, NodeSpec
-from cluster.spawn import Spawner, stop
+from cluster.spawn import SETPRIV, Spawner, pid_alive, signal_group, stop, wait_gone
 
 E2E_DIR = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 180.0
+UP_TIMEOUT_S = 300.0
+DOWN_TIMEOUT_S = 90.0
 AGENT_STOP_GRACE_S = 30.0
 
 log = logging.getLogger("cluster.supervisor")
@@ -69,12 +72,18 @@ def _wait_cluster_ready(info: ClusterInfo, agent: subprocess.Popen[bytes]) -> No
             listed = call_json(v1.list_node) or {}
             nodes = {n["metadata"]["name"]: n for n in listed.get("items", [])}
             missing = []
-            for name in info.nodes.names:
+            for name in info.nodes.all_names:
                 node = nodes.get(name, {})
                 conds = {
                     c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])
                 }
-                taints = [t["key"] for t in node.get("spec", {}).get("taints", []) or []]
+                # The node-lifecycle controller lifts node.kubernetes.io/not-ready once
+                # the node is Ready; until then nothing schedules there.
+                taints = [
+                    t["key"]
+                    for t in node.get("spec", {}).get("taints", []) or []
+                    if t["key"].startswith("node.kubernetes.io/")
+                ]
                 if conds.get("Ready") != "True":
                     missing.append(f"node {name} not Ready")
                 elif taints:
@@ -236,3 +245,107 @@ def request(state_dir: Path, payload: dict[str, Any], timeout_s: float = 300.0) 
     if not answer.get("ok"):
         raise RuntimeError(f"supervisor refused {payload}: {answer.get('error')}")
     return answer
+
+
+def serve_argv(state_dir: Path, bin_dir: Path, nodes: NodeSpec) -> list[str]:
+    """The command line of ``python -m cluster serve`` for ``nodes``."""
+    return [
+        sys.executable,
+        "-m",
+        "cluster",
+        f"--state-dir={state_dir}",
+        "serve",
+        f"--bin-dir={bin_dir}",
+        f"--nodes={len(nodes.names)}",
+        f"--node-mode={nodes.mode}",
+        f"--processless-nodes={len(nodes.processless_names)}",
+        f"--node-cpu={nodes.cpu}",
+        f"--node-memory={nodes.memory}",
+        f"--node-gpus={nodes.gpus}",
+        f"--max-pods={nodes.max_pods}",
+    ]
+
+
+def launch(
+    state_dir: Path, bin_dir: Path, nodes: NodeSpec, *, detach: bool
+) -> subprocess.Popen[bytes]:
+    """Start a supervisor in a fresh ``state_dir`` (emptied first).
+
+    ``detach``: it outlives the caller (``kube up``); otherwise it gets the parent-death
+    signal, so a test session that dies takes its cluster with it (Linux sends it when
+    the calling *thread* exits: call from one that lives as long as the cluster).
+    """
+    if state_dir.exists():
+        shutil.rmtree(state_dir)
+    layout = Layout(state_dir)
+    layout.logs.mkdir(parents=True)
+    argv = serve_argv(state_dir, bin_dir, nodes)
+    if not detach and SETPRIV:
+        argv = [SETPRIV, "--pdeathsig", "TERM", "--", *argv]
+    with layout.log("supervisor").open("ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            start_new_session=True,
+        )
+
+
+def wait_ready(state_dir: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> ClusterInfo:
+    """Wait until the supervisor says ready; raise with its log when it failed."""
+    layout = Layout(state_dir)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if layout.ready.exists():
+            return ClusterInfo.load(state_dir)
+        if layout.failed.exists() or proc.poll() is not None:
+            reason = layout.failed.read_text().strip() if layout.failed.exists() else "exited"
+            proc.wait(timeout=DOWN_TIMEOUT_S)
+            raise RuntimeError(
+                f"the cluster did not start: {reason}\n{layout.log('supervisor')}:\n"
+                f"{log_tail(layout.log('supervisor'), 40)}"
+            )
+        time.sleep(0.2)
+    stop_supervisor(state_dir)
+    raise RuntimeError(
+        f"the cluster was not ready after {timeout_s:.0f} s; logs in {layout.logs}:\n"
+        f"{log_tail(layout.log('supervisor'), 40)}"
+    )
+
+
+def running_info(state_dir: Path) -> ClusterInfo | None:
+    """The run in ``state_dir`` if its supervisor is alive and the cluster ready."""
+    layout = Layout(state_dir)
+    if not layout.info.exists():
+        return None
+    try:
+        info = ClusterInfo.load(state_dir)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if info.supervisor_pid and pid_alive(info.supervisor_pid) and layout.ready.exists():
+        return info
+    return None
+
+
+def stop_supervisor(state_dir: Path, timeout_s: float = DOWN_TIMEOUT_S) -> bool:
+    """SIGTERM the supervisor and wait; SIGKILL its group (and so, through their death
+    signal, its children) if it does not finish in time. False if none was running."""
+    try:
+        info = ClusterInfo.load(state_dir)
+    except FileNotFoundError:
+        return False
+    pid = info.supervisor_pid
+    if not pid or not pid_alive(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    if not wait_gone(pid, timeout_s):
+        signal_group(pid, signal.SIGKILL)
+        wait_gone(pid, 10)
+    # Children left by a supervisor that was killed: their pids are in cluster.json.
+    for name, child in ClusterInfo.load(state_dir).pids.items():
+        if pid_alive(child):
+            log.warning("%s (pid %d) outlived the supervisor; killing it", name, child)
+            signal_group(child, signal.SIGKILL)
+    return True

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cluster.kubeapi import ApiException, api_client, call_json, coordination, core, watch_events
-from cluster.layout import ClusterInfo
+from cluster.layout import PROCESSLESS_TAINT, ClusterInfo
 from cluster.nodeagent.podstatus import Conditions, ContainerRun, build_status, now_rfc3339
 from cluster.nodeagent.runtime import NodeContext, PodRunner
 from cluster.nodeagent.volumes import mount_namespaces_work
@@ -81,7 +81,7 @@ class NodeAgent:
         self.stopping = threading.Event()
         self.spawner = Spawner()
         self.probe_pool = ThreadPoolExecutor(32, thread_name_prefix="probe")
-        self.clients = {n: api_client(self.layout.node_kubeconfig(n)) for n in self.spec.names}
+        self.clients = {n: api_client(self.layout.node_kubeconfig(n)) for n in self.spec.all_names}
         self.core = {n: core(c) for n, c in self.clients.items()}
         self.ips = IpPool()
         self.lock = threading.Lock()
@@ -90,7 +90,9 @@ class NodeAgent:
         """uid -> pod IP of pods marked Running in processless mode."""
         self.node_uids: dict[str, str] = {}
         self._started = now_rfc3339()
-        mounts_problem = mount_namespaces_work() if self.spec.mode == "process" else None
+        mounts_problem = (
+            mount_namespaces_work() if self.spec.names and self.spec.mode == "process" else None
+        )
         if mounts_problem:
             log.warning("pods with volumes cannot start: %s", mounts_problem)
         self.contexts = {
@@ -106,7 +108,7 @@ class NodeAgent:
                 mounts_problem=mounts_problem,
                 stopping=self.stopping,
             )
-            for n in self.spec.names
+            for n in self.spec.all_names
         }
 
     # -- nodes --------------------------------------------------------------------------
@@ -120,7 +122,7 @@ class NodeAgent:
             "ephemeral-storage": "100Gi",
         }
 
-    def node_status(self) -> dict[str, Any]:
+    def node_status(self, node: str) -> dict[str, Any]:
         now = now_rfc3339()
         started = self._started
         conditions = [
@@ -136,7 +138,12 @@ class NodeAgent:
                 ("MemoryPressure", "False", "KubeletHasSufficientMemory", "no memory pressure"),
                 ("DiskPressure", "False", "KubeletHasNoDiskPressure", "no disk pressure"),
                 ("PIDPressure", "False", "KubeletHasSufficientPID", "no PID pressure"),
-                ("Ready", "True", "KubeletReady", f"tandem e2e node agent ({self.spec.mode})"),
+                (
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    f"tandem e2e node agent ({self.spec.mode_of(node)})",
+                ),
             )
         ]
         return {
@@ -161,6 +168,9 @@ class NodeAgent:
 
     def register(self, node: str) -> None:
         api = self.core[node]
+        taints = []
+        if self.spec.tainted(node):
+            taints.append({"key": PROCESSLESS_TAINT, "value": "true", "effect": "NoSchedule"})
         body = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -171,11 +181,11 @@ class NodeAgent:
                     "kubernetes.io/os": "linux",
                     "kubernetes.io/arch": "amd64",
                     "node.kubernetes.io/instance-type": "tandem-e2e",
-                    "tandem.dev/e2e-node-mode": self.spec.mode,
+                    "tandem.dev/e2e-node-mode": self.spec.mode_of(node),
                 },
             },
-            "spec": {},
-            "status": self.node_status(),
+            "spec": {"taints": taints},
+            "status": self.node_status(node),
         }
         try:
             api.create_node(body, _request_timeout=30)
@@ -194,7 +204,7 @@ class NodeAgent:
     def post_status(self, node: str) -> None:
         self.core[node].patch_node_status(
             node,
-            {"status": self.node_status()},
+            {"status": self.node_status(node)},
             _content_type="application/strategic-merge-patch+json",
             _request_timeout=15,
         )
@@ -234,7 +244,7 @@ class NodeAgent:
         last_status = time.monotonic()
         while not self.stopping.wait(LEASE_RENEW_S):
             post = time.monotonic() - last_status >= STATUS_REPORT_S
-            for node in self.spec.names:
+            for node in self.spec.all_names:
                 try:
                     self.renew_lease(node)
                     if post:
@@ -316,7 +326,7 @@ class NodeAgent:
             return
         phase = pod.get("status", {}).get("phase")
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        if self.spec.mode == "processless":
+        if self.spec.mode_of(node) == "processless":
             if deleting:
                 self._delete_now(node, pod)
             elif not known and phase not in ("Succeeded", "Failed"):
@@ -382,16 +392,21 @@ class NodeAgent:
 
     def run(self) -> None:
         """Register, then heartbeat and follow pods until ``stopping`` is set."""
-        for node in self.spec.names:
+        for node in self.spec.all_names:
             self.register(node)
         threads = [threading.Thread(target=self._heartbeats, name="heartbeats", daemon=True)]
         threads += [
             threading.Thread(target=self._follow, args=(n,), name=f"pods-{n}", daemon=True)
-            for n in self.spec.names
+            for n in self.spec.all_names
         ]
         for t in threads:
             t.start()
-        log.info("node agent up: %s nodes, mode %s", len(self.spec.names), self.spec.mode)
+        log.info(
+            "node agent up: %d %s nodes, %d processless",
+            len(self.spec.names),
+            self.spec.mode,
+            len(self.spec.processless_names),
+        )
         self.stopping.wait()
         self.shutdown()
 
