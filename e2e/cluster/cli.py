@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from cluster.binaries import BinariesMissing, build_binaries, cache_root, find_binaries
-from cluster.layout import NODE_MODES, ClusterInfo, NodeSpec
+from cluster.layout import GPU_LABELS, NODE_MODES, ClusterInfo, NodeSpec
 from cluster.supervisor import (
     UP_TIMEOUT_S,
     launch,
@@ -44,16 +44,34 @@ def node_args(p: argparse.ArgumentParser) -> None:
         default=0,
         help="extra processless nodes, tainted tandem.dev/processless:NoSchedule (default 0)",
     )
-    p.add_argument("--node-cpu", default="16", help="cpu capacity per node (default 16)")
-    p.add_argument("--node-memory", default="64Gi", help="memory per node (default 64Gi)")
+    p.add_argument("--node-cpu", default="128", help="cpu capacity per node (default 128)")
+    p.add_argument("--node-memory", default="1Ti", help="memory per node (default 1Ti)")
     p.add_argument("--node-gpus", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
     p.add_argument("--max-pods", type=int, default=250, help="pods per node (default 250)")
+    p.add_argument(
+        "--node-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of every node, besides nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3 and "
+        "nvidia.com/gpu.present=true (KEY= removes one); repeatable",
+    )
 
 
 def node_spec(args: argparse.Namespace) -> NodeSpec:
     if args.nodes < 0 or args.processless_nodes < 0 or args.nodes + args.processless_nodes < 1:
         raise SystemExit("--nodes and --processless-nodes: at least one node in all")
+    labels = dict(GPU_LABELS)
+    for item in args.node_label:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"--node-label {item!r}: expected KEY=VALUE")
+        if value:
+            labels[key] = value
+        else:
+            labels.pop(key, None)
     return NodeSpec(
+        labels=labels,
         names=[f"node-{i}" for i in range(args.nodes)],
         cpu=args.node_cpu,
         memory=args.node_memory,
@@ -128,7 +146,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_restart(args: argparse.Namespace) -> int:
     answer = request(
         args.state_dir.resolve(),
-        {"op": "restart", "component": args.component, "down_s": args.down_s},
+        {
+            "op": "restart",
+            "component": args.component,
+            "down_s": args.down_s,
+            "grace_s": args.grace_s,
+        },
     )
     print(f"kube: {args.component} healthy again after {answer['elapsed_s']} s")
     return 0
@@ -182,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         "component", choices=["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
     )
     r.add_argument("--down-s", type=float, default=0.0, help="seconds to keep it stopped")
+    r.add_argument(
+        "--grace-s",
+        type=float,
+        default=5.0,
+        help="seconds between SIGTERM and SIGKILL; 0 kills it outright (default 5)",
+    )
     r.set_defaults(func=cmd_restart)
     s = sub.add_parser("sa-kubeconfig", help="a kubeconfig acting as a ServiceAccount")
     s.add_argument("namespace")

@@ -38,6 +38,9 @@ from cluster.spawn import Spawner, stop
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 STOP_GRACE_S = 15.0
+# An apiserver still serving watches (controllers, the node agent) drains them for longer
+# than a fault test wants to wait; etcd's graceful stop takes about 7 s.
+RESTART_GRACE_S = 5.0
 READY_TIMEOUT_S = {
     "etcd": 60.0,
     "kube-apiserver": 120.0,
@@ -118,6 +121,8 @@ def prepare(info: ClusterInfo) -> None:
             name=stem,
         )
     pki.make_signing_key(layout.pki)
+    front = pki.make_ca(layout.pki, "tandem-e2e-front-proxy-ca", stem="front-proxy-ca")
+    pki.make_cert(front, layout.pki, "front-proxy-client", common_name="front-proxy-client")
     layout.audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
     scheduler_config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -173,6 +178,13 @@ def component_argv(info: ClusterInfo, component: str) -> list[str]:
             f"--service-account-issuer={ISSUER}",
             f"--service-account-key-file={pk / 'sa.pub'}",
             f"--service-account-signing-key-file={pk / 'sa.key'}",
+            f"--requestheader-client-ca-file={pk / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pk / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pk / 'front-proxy-client.key'}",
             f"--audit-policy-file={layout.audit_policy}",
             f"--audit-log-path={layout.audit_log}",
             "--audit-log-format=json",
@@ -302,12 +314,12 @@ class ControlPlane:
             f"(last answer: {last}); {log}:\n{log_tail(log)}"
         )
 
-    def stop(self, component: str) -> int | None:
+    def stop(self, component: str, grace_s: float = STOP_GRACE_S) -> int | None:
         proc = self.procs.pop(component, None)
         self.info.pids.pop(component, None)
         if proc is None:
             return None
-        return stop(proc, STOP_GRACE_S)
+        return stop(proc, grace_s)
 
     def start_all(self) -> dict[str, float]:
         return {c: self.start(c) for c in COMPONENTS}
@@ -316,13 +328,16 @@ class ControlPlane:
         for component in reversed(COMPONENTS):
             self.stop(component)
 
-    def restart(self, component: str, down_s: float = 0.0) -> float:
-        """Stop ``component``, keep it down ``down_s`` seconds, start it; seconds until
-        healthy again (the apiserver included, which reconnects to a restarted etcd)."""
+    def restart(
+        self, component: str, down_s: float = 0.0, grace_s: float = RESTART_GRACE_S
+    ) -> float:
+        """Stop ``component`` (SIGTERM, SIGKILL after ``grace_s``; 0 kills it outright, as
+        a crash), keep it down ``down_s`` seconds, start it; seconds until healthy again
+        (the apiserver included, which reconnects to a restarted etcd)."""
         if component not in COMPONENTS:
             raise KeyError(f"unknown component {component!r}; one of {COMPONENTS}")
         t0 = time.monotonic()
-        self.stop(component)
+        self.stop(component, grace_s)
         time.sleep(max(0.0, down_s))
         self.start(component)
         if component == "etcd":

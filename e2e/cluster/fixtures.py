@@ -135,11 +135,11 @@ class Cluster:
             )
         return out
 
-    def restart(self, component: str, down_s: float = 0.0) -> float:
-        """Restart etcd or a control-plane component; seconds until healthy again."""
-        answer = request(
-            self.state_dir, {"op": "restart", "component": component, "down_s": down_s}
-        )
+    def restart(self, component: str, down_s: float = 0.0, grace_s: float = 5.0) -> float:
+        """Restart etcd or a control-plane component (``grace_s`` 0: kill it, as a crash);
+        seconds until it, and the apiserver, are healthy again."""
+        payload = {"op": "restart", "component": component, "down_s": down_s, "grace_s": grace_s}
+        answer = request(self.state_dir, payload)
         return float(answer["elapsed_s"])
 
     def pod_dir(self, namespace: str, name: str) -> Path | None:

@@ -86,6 +86,9 @@ class Layout:
         return self.root / "pods"
 
 
+GPU_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.present": "true"}
+"""What NVIDIA's GPU feature discovery labels an H100 node with; manifests select on them."""
+
 PROCESSLESS_TAINT = "tandem.dev/processless"
 """Taint (NoSchedule) of the extra processless nodes of a mixed cluster: only pods that
 tolerate it (scale runs) land there; everything else runs as processes."""
@@ -97,13 +100,17 @@ class NodeSpec:
 
     names: list[str]
     """Nodes in ``mode``."""
-    cpu: str = "16"
-    memory: str = "64Gi"
+    # An 8-GPU server's capacity: the scheduler counts requests against it; nothing
+    # enforces it on this machine.
+    cpu: str = "128"
+    memory: str = "1Ti"
     gpus: int = 8
     max_pods: int = 250
     mode: str = "process"
     processless_names: list[str] = field(default_factory=list)
     """Extra nodes in processless mode, tainted ``PROCESSLESS_TAINT`` (mixed clusters)."""
+    labels: dict[str, str] = field(default_factory=lambda: dict(GPU_LABELS))
+    """Labels of every node, besides the well-known ones the agent sets."""
 
     @property
     def all_names(self) -> list[str]:

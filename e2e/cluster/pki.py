@@ -4,8 +4,11 @@ One CA signs everything: the apiserver's serving certificate (for 127.0.0.1 and
 localhost), and client certificates whose subject is the identity the apiserver sees
 (CN = user, O = groups): the admin (``system:masters``), the controller-manager, the
 scheduler and one per node (``system:node:<name>`` in ``system:nodes``, the identity the
-Node authorizer and NodeRestriction admission key on). ECDSA P-256 keys: generating them
-takes milliseconds, so every run gets fresh ones.
+Node authorizer and NodeRestriction admission key on). A second CA signs the front
+proxy's client certificate, with which the apiserver forwards requests to aggregated
+APIs (and which delegated authentication in the controller-manager and the scheduler
+expects to find). ECDSA P-256 keys: generating them takes milliseconds, so every run
+gets fresh ones.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ def _load_ca(ca: CertPair) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey
     return cert, key
 
 
-def make_ca(directory: Path, name: str = "tandem-e2e-ca") -> CertPair:
-    """A self-signed CA in ``directory/ca.{crt,key}``."""
+def make_ca(directory: Path, name: str = "tandem-e2e-ca", stem: str = "ca") -> CertPair:
+    """A self-signed CA in ``directory/<stem>.{crt,key}``."""
     directory.mkdir(parents=True, exist_ok=True)
     key = _new_key()
     now = datetime.datetime.now(datetime.UTC)
@@ -96,7 +99,7 @@ def make_ca(directory: Path, name: str = "tandem-e2e-ca") -> CertPair:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    pair = CertPair(directory / "ca.crt", directory / "ca.key")
+    pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
     pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(key, pair.key)
     return pair

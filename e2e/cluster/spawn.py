@@ -75,7 +75,7 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
 
     Kills the rest of the group too when the leader exited on SIGTERM but left children.
     """
-    if proc.poll() is None:
+    if proc.poll() is None and grace_s > 0:
         signal_group(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)

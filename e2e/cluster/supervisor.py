@@ -9,9 +9,10 @@ started. All children get a parent-death signal (``spawn``), so a supervisor tha
 killed outright takes them with it.
 
 Its control socket (``control.sock``, one JSON object per line each way) restarts a
-component mid-run for fault tests: ``{"op": "restart", "component": "etcd", "down_s": 5}``
-answers ``{"ok": true, "elapsed_s": ...}`` once the component, and the apiserver, are
-healthy again.
+component mid-run for fault tests: ``{"op": "restart", "component": "etcd", "down_s": 5,
+"grace_s": 0}`` (``grace_s`` 0: SIGKILL, a crash; default 5 s of SIGTERM first) answers
+``{"ok": true, "elapsed_s": ...}`` once the component, and the apiserver, are healthy
+again.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from cluster.controlplane import ControlPlane, allocate_ports, log_tail, prepare
+from cluster.controlplane import RESTART_GRACE_S, ControlPlane, allocate_ports, log_tail, prepare
 from cluster.kubeapi import api_client, call_json, core
-from cluster.layout import ClusterInfo, Layout, NodeSpec
+from cluster.layout import COMPONENTS, GPU_LABELS, ClusterInfo, Layout, NodeSpec
 from cluster.spawn import SETPRIV, Spawner, pid_alive, signal_group, stop, wait_gone
 
 E2E_DIR = Path(__file__).resolve().parent.parent
@@ -139,9 +140,10 @@ class _ControlServer:
         if op == "restart":
             component = str(request["component"])
             down_s = float(request.get("down_s", 0.0))
-            log.info("restarting %s (down %.1f s)", component, down_s)
+            grace_s = float(request.get("grace_s", RESTART_GRACE_S))
+            log.info("restarting %s (grace %.1f s, down %.1f s)", component, grace_s, down_s)
             with self.lock:
-                elapsed = self.plane.restart(component, down_s)
+                elapsed = self.plane.restart(component, down_s, grace_s)
             log.info("%s healthy again after %.1f s", component, elapsed)
             return {"ok": True, "elapsed_s": round(elapsed, 3)}
         raise ValueError(f"unknown op {op!r}; one of status, restart")
@@ -223,12 +225,17 @@ def serve(state_dir: Path, bin_dir: Path, nodes: NodeSpec) -> int:
         rc = 1
     finally:
         starting = False
+        t_stop = time.monotonic()
         if server is not None:
             server.close()
         if agent is not None:
             stop(agent, AGENT_STOP_GRACE_S)
+            log.info("node agent stopped in %.1f s", time.monotonic() - t_stop)
         with lock:
-            plane.stop_all()
+            for component in reversed(COMPONENTS):
+                t_one = time.monotonic()
+                if plane.stop(component) is not None:
+                    log.info("%s stopped in %.1f s", component, time.monotonic() - t_one)
         spawner.close()
         layout.ready.unlink(missing_ok=True)
         log.info("stopped")
@@ -263,6 +270,8 @@ def serve_argv(state_dir: Path, bin_dir: Path, nodes: NodeSpec) -> list[str]:
         f"--node-memory={nodes.memory}",
         f"--node-gpus={nodes.gpus}",
         f"--max-pods={nodes.max_pods}",
+        *[f"--node-label={k}={v}" for k, v in nodes.labels.items()],
+        *[f"--node-label={k}=" for k in GPU_LABELS if k not in nodes.labels],
     ]
 
 

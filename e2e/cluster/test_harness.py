@@ -509,7 +509,7 @@ def test_nodes_stay_ready_and_pods_keep_running_across_etcd_and_apiserver_restar
 ) -> None:
     apply(cluster, namespace, make_deployment("steady", replicas=1, container=sim_engine()))
     (before,) = wait_ready_pods(cluster, namespace, "steady", 1)
-    assert cluster.restart("etcd", down_s=2) > 2
+    assert cluster.restart("etcd", down_s=2, grace_s=0) > 2
     assert cluster.restart("kube-apiserver") > 0
     (after,) = wait_ready_pods(cluster, namespace, "steady", 1)
     assert after["metadata"]["uid"] == before["metadata"]["uid"]

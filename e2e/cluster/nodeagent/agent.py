@@ -182,6 +182,7 @@ class NodeAgent:
                     "kubernetes.io/arch": "amd64",
                     "node.kubernetes.io/instance-type": "tandem-e2e",
                     "tandem.dev/e2e-node-mode": self.spec.mode_of(node),
+                    **self.spec.labels,
                 },
             },
             "spec": {"taints": taints},
