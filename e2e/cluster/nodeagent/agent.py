@@ -1,31 +1,25 @@
-"""The node agent's main loop: register the Nodes, keep them alive, follow their Pods.
-Does API I/O (as each node's own identity) and starts pod runners.
+"""The node agent's main loop: register the Nodes (``nodes``), follow their Pods. Does
+API I/O (as each node's own identity) and starts pod runners.
 
-Per node: the Node object (capacity ``cpu``, ``memory``, ``pods``, ``nvidia.com/gpu``;
-``Ready``); its Lease in ``kube-node-lease`` renewed every 10 s (the node-lifecycle
-controller reads the Lease, so the Node's status is re-posted only every 60 s, as the
-kubelet does when nothing changed); a list+watch of the Pods bound to it
-(``spec.nodeName=<node>``, the selector the Node authorizer expects).
-
-Each Pod new to the agent gets a loopback IP; in ``process`` mode a ``PodRunner`` runs
-it, in ``processless`` mode its status is written once (Running, Ready, containers
-running) and its deletion is completed at once. Pod IPs are handed out in order from a
-random point of 127.0.1.1–127.0.255.254, so two runs on one machine rarely meet and an
-address is not reused soon after its pod went away.
+Per node, a list+watch of the Pods bound to it (``spec.nodeName=<node>``, the selector
+the Node authorizer expects), listed again after any error. Each Pod new to the agent
+gets a loopback IP (``ips``); on a ``process`` node a ``PodRunner`` runs it, on a
+``processless`` node its status is written once (Running, Ready, containers running)
+and its deletion is completed at once.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
-import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cluster.kubeapi import ApiException, api_client, call_json, coordination, core, watch_events
-from cluster.layout import PROCESSLESS_TAINT, ClusterInfo
+from cluster.kubeapi import ApiException, api_client, call_json, core, watch_events
+from cluster.layout import ClusterInfo
+from cluster.nodeagent.ips import IpPool
+from cluster.nodeagent.nodes import NodeKeeper
 from cluster.nodeagent.podstatus import Conditions, ContainerRun, build_status, now_rfc3339
 from cluster.nodeagent.runtime import NodeContext, PodRunner
 from cluster.nodeagent.volumes import mount_namespaces_work
@@ -33,42 +27,8 @@ from cluster.spawn import Spawner
 
 log = logging.getLogger("cluster.nodeagent")
 
-LEASE_RENEW_S = 10.0
-LEASE_DURATION_S = 40
-STATUS_REPORT_S = 60.0
 WATCH_TIMEOUT_S = 60
 RETRY_S = 2.0
-KUBE_VERSION = "v1.37.2"
-
-
-def _micro_time() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class IpPool:
-    """Loopback pod IPs 127.0.X.Y (X 1–255, Y 1–254), handed out round-robin."""
-
-    SIZE = 255 * 254
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.next = random.Random(seed).randrange(self.SIZE)
-        self.in_use: set[str] = set()
-        self.lock = threading.Lock()
-
-    def take(self) -> str:
-        with self.lock:
-            for _ in range(self.SIZE):
-                n = self.next
-                self.next = (self.next + 1) % self.SIZE
-                ip = f"127.0.{n // 254 + 1}.{n % 254 + 1}"
-                if ip not in self.in_use:
-                    self.in_use.add(ip)
-                    return ip
-        raise RuntimeError("no loopback pod IP left")
-
-    def give_back(self, ip: str) -> None:
-        with self.lock:
-            self.in_use.discard(ip)
 
 
 class NodeAgent:
@@ -88,8 +48,7 @@ class NodeAgent:
         self.runners: dict[str, PodRunner] = {}
         self.processless: dict[str, str] = {}
         """uid -> pod IP of pods marked Running in processless mode."""
-        self.node_uids: dict[str, str] = {}
-        self._started = now_rfc3339()
+        self.nodes = NodeKeeper(self.spec, self.clients, self.core)
         mounts_problem = (
             mount_namespaces_work() if self.spec.names and self.spec.mode == "process" else None
         )
@@ -103,7 +62,7 @@ class NodeAgent:
                 probe_pool=self.probe_pool,
                 pods_dir=self.layout.pods,
                 apiserver_port=info.ports["kube-apiserver"],
-                allocatable=self.allocatable(),
+                allocatable=self.nodes.allocatable(),
                 restart_backoff_s=restart_backoff_s,
                 mounts_problem=mounts_problem,
                 stopping=self.stopping,
@@ -112,148 +71,6 @@ class NodeAgent:
         }
 
     # -- nodes --------------------------------------------------------------------------
-
-    def allocatable(self) -> dict[str, str]:
-        return {
-            "cpu": self.spec.cpu,
-            "memory": self.spec.memory,
-            "pods": str(self.spec.max_pods),
-            "nvidia.com/gpu": str(self.spec.gpus),
-            "ephemeral-storage": "100Gi",
-        }
-
-    def node_status(self, node: str) -> dict[str, Any]:
-        now = now_rfc3339()
-        started = self._started
-        conditions = [
-            {
-                "type": kind,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": started,
-            }
-            for kind, status, reason, message in (
-                ("MemoryPressure", "False", "KubeletHasSufficientMemory", "no memory pressure"),
-                ("DiskPressure", "False", "KubeletHasNoDiskPressure", "no disk pressure"),
-                ("PIDPressure", "False", "KubeletHasSufficientPID", "no PID pressure"),
-                (
-                    "Ready",
-                    "True",
-                    "KubeletReady",
-                    f"tandem e2e node agent ({self.spec.mode_of(node)})",
-                ),
-            )
-        ]
-        return {
-            "capacity": self.allocatable(),
-            "allocatable": self.allocatable(),
-            "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-                "kernelVersion": "",
-                "osImage": "tandem e2e node agent",
-                "containerRuntimeVersion": "process://0",
-                "kubeletVersion": KUBE_VERSION,
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
-
-    def register(self, node: str) -> None:
-        api = self.core[node]
-        taints = []
-        if self.spec.tainted(node):
-            taints.append({"key": PROCESSLESS_TAINT, "value": "true", "effect": "NoSchedule"})
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": node,
-                "labels": {
-                    "kubernetes.io/hostname": node,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    "node.kubernetes.io/instance-type": "tandem-e2e",
-                    "tandem.dev/e2e-node-mode": self.spec.mode_of(node),
-                    **self.spec.labels,
-                },
-            },
-            "spec": {"taints": taints},
-            "status": self.node_status(node),
-        }
-        try:
-            api.create_node(body, _request_timeout=30)
-            log.info("node %s registered", node)
-        except ApiException as err:
-            if err.status != 409:
-                raise
-            log.info("node %s already registered", node)
-        existing = call_json(api.read_node, node)
-        if existing is None:
-            raise RuntimeError(f"node {node} vanished right after registering")
-        self.node_uids[node] = str(existing["metadata"]["uid"])
-        self.post_status(node)
-        self.renew_lease(node)
-
-    def post_status(self, node: str) -> None:
-        self.core[node].patch_node_status(
-            node,
-            {"status": self.node_status(node)},
-            _content_type="application/strategic-merge-patch+json",
-            _request_timeout=15,
-        )
-
-    def renew_lease(self, node: str) -> None:
-        api = coordination(self.clients[node])
-        spec = {
-            "holderIdentity": node,
-            "leaseDurationSeconds": LEASE_DURATION_S,
-            "renewTime": _micro_time(),
-        }
-        try:
-            api.patch_namespaced_lease(
-                node,
-                "kube-node-lease",
-                {"spec": spec},
-                _content_type="application/merge-patch+json",
-                _request_timeout=10,
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            owner = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": self.node_uids[node]}
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": node,
-                    "namespace": "kube-node-lease",
-                    "ownerReferences": [owner],
-                },
-                "spec": spec,
-            }
-            api.create_namespaced_lease("kube-node-lease", body, _request_timeout=10)
-
-    def _heartbeats(self) -> None:
-        last_status = time.monotonic()
-        while not self.stopping.wait(LEASE_RENEW_S):
-            post = time.monotonic() - last_status >= STATUS_REPORT_S
-            for node in self.spec.all_names:
-                try:
-                    self.renew_lease(node)
-                    if post:
-                        self.post_status(node)
-                except Exception as err:
-                    log.warning("node %s: heartbeat failed: %s", node, err)
-            if post:
-                last_status = time.monotonic()
 
     # -- pods ---------------------------------------------------------------------------
 
@@ -394,8 +211,12 @@ class NodeAgent:
     def run(self) -> None:
         """Register, then heartbeat and follow pods until ``stopping`` is set."""
         for node in self.spec.all_names:
-            self.register(node)
-        threads = [threading.Thread(target=self._heartbeats, name="heartbeats", daemon=True)]
+            self.nodes.register(node)
+        threads = [
+            threading.Thread(
+                target=self.nodes.heartbeats, args=(self.stopping,), name="heartbeats", daemon=True
+            )
+        ]
         threads += [
             threading.Thread(target=self._follow, args=(n,), name=f"pods-{n}", daemon=True)
             for n in self.spec.all_names

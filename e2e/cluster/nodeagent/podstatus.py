@@ -98,7 +98,7 @@ class Conditions:
         return cond
 
 
-def compute_phase(runs: list[ContainerRun], restart_policy: str) -> str:
+def compute_phase(runs: list[ContainerRun]) -> str:
     """Pending before any container started; Succeeded/Failed once all are done."""
     if runs and all(r.done for r in runs):
         return "Succeeded" if all(r.exit_code == 0 for r in runs) else "Failed"
@@ -120,7 +120,7 @@ def build_status(
     """The status to write for ``pod``."""
     spec = pod.get("spec", {})
     existing = {c["type"]: c for c in pod.get("status", {}).get("conditions", []) or []}
-    phase = compute_phase(runs, spec.get("restartPolicy", "Always"))
+    phase = compute_phase(runs)
     containers_ready = bool(runs) and all(r.ready for r in runs)
     gates = [g["conditionType"] for g in spec.get("readinessGates", []) or []]
     gates_ok = all(existing.get(g, {}).get("status") == "True" for g in gates)
