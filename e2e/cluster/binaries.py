@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +79,7 @@ def find_binaries() -> Binaries:
 
 
 def build_binaries(timeout_s: float = 3600) -> Binaries:
-    """Build (or reuse) the pinned programs, streaming the build's output."""
-    subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, timeout=timeout_s)
+    """Build (or reuse) the pinned programs, streaming the build's output to stderr
+    (stdout is for the caller's own answer)."""
+    subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, timeout=timeout_s, stdout=sys.stderr)
     return find_binaries()

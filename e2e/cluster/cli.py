@@ -41,8 +41,9 @@ def node_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--processless-nodes",
         type=int,
-        default=0,
-        help="extra processless nodes, tainted tandem.dev/processless:NoSchedule (default 0)",
+        default=1,
+        help="extra processless nodes, tainted tandem.dev/processless:NoSchedule: only pods "
+        "that tolerate it land there (default 1)",
     )
     p.add_argument("--node-cpu", default="128", help="cpu capacity per node (default 128)")
     p.add_argument("--node-memory", default="1Ti", help="memory per node (default 1Ti)")

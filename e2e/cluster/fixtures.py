@@ -2,9 +2,10 @@
 
 ``cluster`` (session): a cluster of 2 process-backed nodes and 1 processless node
 (tainted ``tandem.dev/processless``), started in a temporary directory and stopped at the
-end of the session; or, when ``TANDEM_E2E_CLUSTER`` names the state directory of one
-already up (``bash e2e/kube up`` prints it), that one, left running. Without the built
-programs the fixture fails, saying how to build them. ``namespace`` (function): a fresh
+end of the session; or one already up, left running: the one whose state directory
+``TANDEM_E2E_CLUSTER`` names, else the one whose admin kubeconfig ``KUBECONFIG`` is
+(``bash e2e/kube up`` prints both). Without the built programs the fixture fails, saying
+how to build them. ``namespace`` (function): a fresh
 namespace, deleted afterwards.
 
 Use from a conftest: ``from cluster.fixtures import cluster, namespace``.
@@ -180,6 +181,11 @@ def start_cluster(state_dir: Path, nodes: NodeSpec | None = None) -> Cluster:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     reuse = os.environ.get(REUSE_ENV)
+    if not reuse and os.environ.get("KUBECONFIG"):
+        # <state>/kubeconfig/admin.yaml of a running harness cluster.
+        state = Path(os.environ["KUBECONFIG"]).resolve().parent.parent
+        if running_info(state) is not None:
+            reuse = str(state)
     if reuse:
         info = running_info(Path(reuse))
         if info is None:

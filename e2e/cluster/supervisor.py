@@ -124,9 +124,11 @@ class _ControlServer:
             except OSError:
                 return
             with conn:
-                conn.settimeout(600)
+                # A request is one short line; the answer may take minutes (a restart).
+                conn.settimeout(30)
                 try:
                     line = conn.makefile("r").readline()
+                    conn.settimeout(600)
                     answer = self._handle(json.loads(line))
                 except Exception as err:
                     answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
