@@ -5,6 +5,7 @@ probes. Each test works in a namespace of its own; every wait is bounded.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from cluster import audit
@@ -12,6 +13,8 @@ from cluster.fixtures import Cluster, wait_for
 from cluster.kubeapi import call_json, core
 from cluster.workloads import (
     apply,
+    container_status,
+    make_pod,
     pods,
 )
 
@@ -208,27 +211,35 @@ def test_failing_liveness_probe_restarts_the_container(cluster: Cluster, namespa
         "command": ["sleep", "600"],
         "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2},
     }
-    apply(
-        cluster,
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "live"},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [container]},
-        },
+    apply(cluster, namespace, make_pod("live", container, terminationGracePeriodSeconds=1))
+
+    def restarted() -> dict[str, Any] | None:
+        status = container_status(cluster, namespace, "live")
+        return status if status.get("restartCount", 0) >= 1 else None
+
+    status = wait_for(restarted, timeout_s=30, what="a restart after the liveness probe failed")
+    # Killed by the agent: SIGTERM (sleep dies of it), exit status 128 + 15.
+    assert status["lastState"]["terminated"]["exitCode"] == 143
+
+
+def test_a_container_ignoring_sigterm_is_killed_when_the_grace_period_ends(
+    cluster: Cluster, namespace: str
+) -> None:
+    script = "trap '' TERM; echo up; while true; do sleep 0.2; done"
+    container = {"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", script]}
+    apply(cluster, namespace, make_pod("stubborn", container, terminationGracePeriodSeconds=3))
+    wait_for(
+        lambda: container_status(cluster, namespace, "stubborn").get("ready"),
+        timeout_s=30,
+        what="the pod to run",
     )
     v1 = core(cluster.api())
+    t0 = time.monotonic()
+    v1.delete_namespaced_pod("stubborn", namespace, _request_timeout=30)
     wait_for(
-        lambda: (
-            (
-                (call_json(v1.read_namespaced_pod, "live", namespace) or {})
-                .get("status", {})
-                .get("containerStatuses")
-                or [{}]
-            )[0].get("restartCount", 0)
-            >= 1
-        ),
+        lambda: call_json(v1.read_namespaced_pod, "stubborn", namespace) is None,
         timeout_s=30,
-        what="a restart after the liveness probe failed",
+        what="the pod to be removed",
     )
+    took_s = time.monotonic() - t0
+    assert 3.0 <= took_s < 10.0, f"removed after {took_s:.1f} s with a 3 s grace period"

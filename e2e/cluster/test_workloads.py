@@ -36,6 +36,7 @@ def test_sim_engine_deployment_becomes_ready_pods_that_answer_on_their_pod_ip(
         assert pod["spec"]["nodeName"] in ("node-0", "node-1")
         assert http_status(f"http://{ip}:8000/health") == 200
         (status,) = pod["status"]["containerStatuses"]
+        # started: the startup probe passed; ready: then the readiness probe.
         assert status["ready"] and status["started"] and "running" in status["state"]
     # The sim engine was told 0.0.0.0 and bound the pod IP only, so both pods use port 8000.
     assert http_status("http://127.0.0.1:8000/health", timeout_s=1) is None

@@ -50,6 +50,11 @@ def sim_engine(**extra: Any) -> dict[str, Any]:
         "image": TANDEM_IMAGE,
         "command": ["tandem", "engine", "sim", "--host", "0.0.0.0", "--port", "8000"],
         "ports": [{"name": "http", "containerPort": 8000}],
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 1,
+            "failureThreshold": 60,
+        },
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
         "resources": {
             "requests": {"cpu": "100m", "nvidia.com/gpu": "1"},
@@ -113,3 +118,19 @@ def http_status(url: str, timeout_s: float = 2.0) -> int | None:
         return int(err.code)
     except OSError:
         return None
+
+
+def container_status(cluster: Cluster, namespace: str, pod: str) -> dict[str, Any]:
+    """The first container's status of ``pod`` ({} before the agent wrote one)."""
+    got = call_json(core(cluster.api()).read_namespaced_pod, pod, namespace) or {}
+    statuses = got.get("status", {}).get("containerStatuses") or [{}]
+    return dict(statuses[0])
+
+
+def make_pod(name: str, container: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], **spec},
+    }
