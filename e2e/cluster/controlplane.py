@@ -192,8 +192,9 @@ def component_argv(info: ClusterInfo, component: str) -> list[str]:
             "--audit-log-maxsize=0",
             "--allow-privileged=true",
             "--profiling=false",
-            # Endpoints on loopback are invalid, so the `kubernetes` Service gets none;
-            # pods reach the apiserver through KUBERNETES_SERVICE_HOST=127.0.0.1 instead.
+            # The lease reconciler refuses to start with a loopback advertise address
+            # ("may not be in the loopback range"), so the `kubernetes` Service has no
+            # endpoints; pods reach the apiserver through KUBERNETES_SERVICE_HOST=127.0.0.1.
             "--endpoint-reconciler-type=none",
             "--v=1",
         ]
