@@ -1,0 +1,7 @@
+"""``python -m cluster``: see ``cluster.cli``."""
+
+import sys
+
+from cluster.cli import main
+
+sys.exit(main())
