@@ -9,7 +9,7 @@ than every baseline reaching 99 %), what the oracle's own per-window schedule ac
 when the simulated fleet follows it with perfect foresight (how far the bound is from
 a fleet that meets the targets), the cheapest foresight schedule found that does meet
 99 % (the oracle's need times a headroom per pool, raised step by step:
-:func:`tandem.sim.foresight.search_headroom`) and Tandem's GPU-hours against it, and the
+:func:`tandem.sim.bounds.foresight.search_headroom`) and Tandem's GPU-hours against it, and the
 simulator's speed (simulated seconds per CPU second, one core, one policy).
 
     python bench/autoscale.py            # the full hour of each trace
@@ -31,17 +31,17 @@ from typing import Any
 
 from tandem.api import InferenceService
 from tandem.api.validate import load_inference_service
-from tandem.sim.compare import (
+from tandem.sim.bounds.foresight import HeadroomSearch, search_headroom
+from tandem.sim.bounds.oracle import compute_oracle
+from tandem.sim.compare.results import RunResult
+from tandem.sim.compare.runs import (
     POLICIES,
     Scenario,
     build_scenario,
     run_oracle_schedule,
     run_policy,
 )
-from tandem.sim.foresight import HeadroomSearch, search_headroom
-from tandem.sim.oracle import compute_oracle
-from tandem.sim.results import RunResult
-from tandem.sim.spec import build_fleet_plan
+from tandem.sim.fleet.spec import build_fleet_plan
 from tandem.traces.parse import TraceRequest, parse_trace, slice_trace, trace_span_s
 from tandem.traces.rate import scale_rate
 

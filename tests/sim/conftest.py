@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.sim.compare import POLICIES, Scenario, run_policy
-from tandem.sim.results import RunResult
-from tandem.sim.simulation import Simulation
+from tandem.sim.compare.results import RunResult
+from tandem.sim.compare.runs import POLICIES, Scenario, run_policy
+from tandem.sim.fleet.simulation import Simulation
 from tests.sim.factories import bursty_trace, make_scenario
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tandem.api import InferenceService
 from tandem.api.validate import load_inference_service
-from tandem.sim.compare import Scenario, build_scenario
+from tandem.sim.compare.runs import Scenario, build_scenario
 from tandem.traces.parse import TraceRequest, parse_trace, slice_trace
 from tandem.traces.rate import scale_rate
 

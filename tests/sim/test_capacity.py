@@ -6,14 +6,14 @@ import pytest
 
 from tandem.engine.model import Engine
 from tandem.policy.baselines import PerfProfile
-from tandem.sim.capacity import (
+from tandem.sim.bounds.capacity import (
     decode_batch_at_itl,
     decode_token_s,
     decode_tokens_per_s,
     prefill_busy_s,
     prefill_tokens_per_s,
 )
-from tandem.sim.profile import EngineProfile
+from tandem.sim.bounds.profile import EngineProfile
 
 ENGINE = Engine.from_presets("llama-3.1-8b", "h100", 1)
 COST, CONFIG = ENGINE.cost, ENGINE.config

@@ -10,7 +10,7 @@ import yaml
 
 from tandem.cli import build_parser, main
 from tandem.commands.simulate import DEFAULT_POLICIES
-from tandem.sim.compare import POLICIES
+from tandem.sim.compare.runs import POLICIES
 from tests.sim.factories import CONV
 
 MANIFEST = {

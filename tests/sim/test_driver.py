@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from tandem.policy.baselines import Kpa, TandemAutoscaler
-from tandem.sim.compare import Scenario
-from tandem.sim.driver import AutoscalerDriver, replay
-from tandem.sim.record import observation_from_dict, observation_to_dict
-from tandem.sim.results import RunResult
-from tandem.sim.simulation import Simulation
-from tandem.sim.spec import build_policy_config
+from tandem.sim.autoscaler.driver import AutoscalerDriver, replay
+from tandem.sim.autoscaler.record import observation_from_dict, observation_to_dict
+from tandem.sim.compare.results import RunResult
+from tandem.sim.compare.runs import Scenario
+from tandem.sim.fleet.simulation import Simulation
+from tandem.sim.fleet.spec import build_policy_config
 
 
 def test_replaying_the_recorded_stream_gives_every_decision_again(

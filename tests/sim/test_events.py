@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tandem.sim.events import EventQueue, NewEvent
+from tandem.sim.fleet.events import EventQueue, NewEvent
 
 
 def test_events_fire_in_time_then_creation_order() -> None:

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from tandem.policy.config import PoolConfig
-from tandem.sim.compare import ORACLE_SCHEDULE, run_oracle_schedule, run_policy
-from tandem.sim.foresight import HEADROOM_STEPS, OracleSchedule, search_headroom
-from tandem.sim.oracle import Oracle, PoolOracle
+from tandem.sim.bounds.foresight import HEADROOM_STEPS, OracleSchedule, search_headroom
+from tandem.sim.bounds.oracle import Oracle, PoolOracle
+from tandem.sim.compare.runs import ORACLE_SCHEDULE, run_oracle_schedule, run_policy
 from tests.sim.factories import conv_slice, make_scenario
 
 

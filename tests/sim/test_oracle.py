@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.sim.compare import Scenario, run_policy
-from tandem.sim.oracle import compute_demand, compute_oracle, compute_schedule_s
-from tandem.sim.results import RunResult, summarize
-from tandem.sim.simulation import Simulation, SimulationOptions
-from tandem.sim.spec import build_fleet_plan
+from tandem.sim.bounds.oracle import compute_demand, compute_oracle, compute_schedule_s
+from tandem.sim.compare.results import RunResult, summarize
+from tandem.sim.compare.runs import Scenario, run_policy
+from tandem.sim.fleet.simulation import Simulation, SimulationOptions
+from tandem.sim.fleet.spec import build_fleet_plan
 from tandem.traces.parse import TraceRequest
 from tests.sim.factories import conv_slice, make_isvc, make_scenario, make_trace
 

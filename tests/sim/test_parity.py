@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 from tandem.control.tick import compute_tick
-from tandem.sim.compare import Scenario
-from tandem.sim.results import RunResult
-from tandem.sim.simulation import Simulation
-from tandem.sim.spec import build_policy_config
+from tandem.sim.compare.results import RunResult
+from tandem.sim.compare.runs import Scenario
+from tandem.sim.fleet.simulation import Simulation
+from tandem.sim.fleet.spec import build_policy_config
 
 
 def test_operator_tick_and_simulator_driver_agree_tick_by_tick(

@@ -6,10 +6,10 @@ import json
 import math
 from dataclasses import replace
 
-from tandem.sim.compare import Scenario
-from tandem.sim.report import build_report, format_table
-from tandem.sim.results import RunResult, percentile, weighted_percentiles
-from tandem.sim.simulation import Simulation
+from tandem.sim.compare.report import build_report, format_table
+from tandem.sim.compare.results import RunResult, percentile, weighted_percentiles
+from tandem.sim.compare.runs import Scenario
+from tandem.sim.fleet.simulation import Simulation
 
 
 def test_percentiles() -> None:

@@ -6,16 +6,16 @@ import pytest
 
 from tandem.engine.server import metrics as vllm_metrics
 from tandem.router import metrics as router_metrics
-from tandem.sim.histogram import (
+from tandem.sim.fleet.histogram import (
     ROUTER_ITL_BUCKETS_S,
     ROUTER_TTFT_BUCKETS_S,
     VLLM_ITL_BUCKETS_S,
     VLLM_TTFT_BUCKETS_S,
     BucketCounter,
 )
-from tandem.sim.sampling import MetricsSampler, sample_engine, sample_fleet
-from tandem.sim.simulation import Simulation, SimulationOptions
-from tandem.sim.spec import build_fleet_plan
+from tandem.sim.fleet.sampling import MetricsSampler, sample_engine, sample_fleet
+from tandem.sim.fleet.simulation import Simulation, SimulationOptions
+from tandem.sim.fleet.spec import build_fleet_plan
 from tests.sim.factories import make_isvc, make_trace
 
 

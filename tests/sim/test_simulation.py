@@ -9,13 +9,13 @@ import pytest
 
 from tandem.observe.types import Observation
 from tandem.policy.types import Decision, PoolDecision
-from tandem.sim.compare import Scenario, run_policy
-from tandem.sim.driver import AutoscalerDriver
-from tandem.sim.pod import GONE
-from tandem.sim.requests import ABORTED, COMPLETED, PENDING
-from tandem.sim.results import RunResult
-from tandem.sim.simulation import Simulation, SimulationOptions
-from tandem.sim.spec import FleetPlan, build_fleet_plan
+from tandem.sim.autoscaler.driver import AutoscalerDriver
+from tandem.sim.compare.results import RunResult
+from tandem.sim.compare.runs import Scenario, run_policy
+from tandem.sim.fleet.pod import GONE
+from tandem.sim.fleet.requests import ABORTED, COMPLETED, PENDING
+from tandem.sim.fleet.simulation import Simulation, SimulationOptions
+from tandem.sim.fleet.spec import FleetPlan, build_fleet_plan
 from tests.sim.factories import make_isvc, make_scenario, make_trace
 
 

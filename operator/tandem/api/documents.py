@@ -1,5 +1,5 @@
-"""Reading InferenceService manifests: YAML text into documents. Pure, except
-:func:`read_documents`, which reads the file (or stdin) it is given."""
+"""Reading InferenceService manifests: YAML text into documents (:func:`parse_documents`),
+and the file or stdin into text (:func:`read_documents`, the one file read in ``api``)."""
 
 from __future__ import annotations
 

@@ -65,9 +65,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.sim.compare import build_scenario, run_policy, validate_policies
-    from tandem.sim.report import build_report, format_table
-    from tandem.sim.spec import PlanError
+    from tandem.sim.compare.report import build_report, format_table
+    from tandem.sim.compare.runs import build_scenario, run_policy, validate_policies
+    from tandem.sim.fleet.spec import PlanError
     from tandem.traces.parse import TraceError, parse_trace, slice_trace, trace_span_s
     from tandem.traces.rate import scale_rate
 
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
         try:
-            from tandem.sim.figure import render_png
+            from tandem.sim.compare.figure import render_png
         except ImportError:  # pragma: no cover - matplotlib is optional
             print("--plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
             return 1

@@ -1,4 +1,4 @@
-"""Typed application keys of the simulated server. Pure."""
+"""Typed application keys of the simulated server (aiohttp ``AppKey``s). No I/O."""
 
 from __future__ import annotations
 

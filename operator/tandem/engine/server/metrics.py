@@ -1,4 +1,4 @@
-"""vLLM 0.34's Prometheus metrics for the simulated engine (prometheus_client). Pure state.
+"""vLLM 0.34's Prometheus metrics for the simulated engine (prometheus_client). No I/O.
 
 Names, types, labels (``model_name``, ``engine``) and bucket lists follow vLLM's
 ``PrometheusStatLogger``; counters are declared without ``_total`` so prometheus_client adds

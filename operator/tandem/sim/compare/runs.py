@@ -9,7 +9,7 @@ Policies by name (:data:`POLICIES`), each a run of its own on the same arrivals:
   (:data:`STATIC_UTILIZATION`: 0.75 for ``balanced``), as one provisions for the peak;
 * ``hpa``, ``keda``, ``kpa``, ``llm-d``, ``dynamo`` — the baselines of
   :mod:`tandem.policy.baselines` with their published defaults (Dynamo's profile is
-  measured on the engine model, :mod:`tandem.sim.profile`);
+  measured on the engine model, :mod:`tandem.sim.bounds.profile`);
 * ``aggregated`` — one pool doing both phases (continuous batching, no hand-off) with
   the same GPU budget as ``static``.
 
@@ -35,13 +35,13 @@ from tandem.policy.baselines import (
     LlmdSaturation,
     TandemAutoscaler,
 )
-from tandem.sim.driver import AutoscalerDriver
-from tandem.sim.foresight import OracleSchedule
-from tandem.sim.oracle import DEFAULT_WINDOW_S, Oracle, compute_oracle
-from tandem.sim.profile import EngineProfile
-from tandem.sim.results import RunResult, summarize
-from tandem.sim.simulation import Simulation, SimulationOptions
-from tandem.sim.spec import (
+from tandem.sim.autoscaler.driver import AutoscalerDriver
+from tandem.sim.bounds.foresight import OracleSchedule
+from tandem.sim.bounds.oracle import DEFAULT_WINDOW_S, Oracle, compute_oracle
+from tandem.sim.bounds.profile import EngineProfile
+from tandem.sim.compare.results import RunResult, summarize
+from tandem.sim.fleet.simulation import Simulation, SimulationOptions
+from tandem.sim.fleet.spec import (
     DEFAULT_KV_LINK_BYTES_PER_S,
     FleetPlan,
     build_fleet_plan,
@@ -137,7 +137,7 @@ def build_scenario(
 
 
 #: Not a policy anyone can run: the oracle's own schedule, followed with its perfect
-#: knowledge of the trace (:mod:`tandem.sim.foresight`), to see what it achieves.
+#: knowledge of the trace (:mod:`tandem.sim.bounds.foresight`), to see what it achieves.
 ORACLE_SCHEDULE = "oracle-schedule"
 
 
@@ -237,7 +237,7 @@ def run_policy(
 
 def run_oracle_schedule(scenario: Scenario, headroom: Mapping[str, float]) -> RunResult:
     """The oracle's schedule with ``headroom`` (role → multiple of its need), followed
-    with foresight (:class:`~tandem.sim.foresight.OracleSchedule`)."""
+    with foresight (:class:`~tandem.sim.bounds.foresight.OracleSchedule`)."""
     schedule = build_autoscaler(ORACLE_SCHEDULE, scenario)
     assert isinstance(schedule, OracleSchedule)
     return _simulate(ORACLE_SCHEDULE, replace(schedule, headroom=dict(headroom)), scenario)[0]

@@ -1,6 +1,6 @@
 """The oracle's schedule, replayed through the simulated fleet. Pure.
 
-The oracle (:mod:`tandem.sim.oracle`) counts GPU-hours from its cost-model capacity
+The oracle (:mod:`tandem.sim.bounds.oracle`) counts GPU-hours from its cost-model capacity
 without serving a request. :class:`OracleSchedule` is an autoscaler with the oracle's
 perfect knowledge: at every tick it sizes each pool for the largest per-window need of
 the oracle from now until the next tick's pods could be ready (a cold start and an
@@ -26,7 +26,7 @@ from tandem.observe.types import Observation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import PoolConfig
 from tandem.policy.types import Decision
-from tandem.sim.oracle import Oracle
+from tandem.sim.bounds.oracle import Oracle
 
 #: The multiples of the oracle's need :func:`search_headroom` tries, in order
 #: (``1.1`` adds one replica to any need up to 10).
@@ -80,7 +80,8 @@ class OracleSchedule:
 
 
 class Outcome(Protocol):
-    """What :func:`search_headroom` reads of a run (a :class:`~tandem.sim.results.RunResult`)."""
+    """What :func:`search_headroom` reads of a run
+    (a :class:`~tandem.sim.compare.results.RunResult`)."""
 
     @property
     def attainment(self) -> float: ...

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.engine.model import CostModel, EngineConfig
-from tandem.sim.capacity import decode_batch_at_itl, decode_token_s
+from tandem.sim.bounds.capacity import decode_batch_at_itl, decode_token_s
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tandem.engine.model import Engine, IterationResult
 from tandem.router.selection import Endpoint
-from tandem.sim.histogram import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S, BucketCounter
+from tandem.sim.fleet.histogram import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S, BucketCounter
 
 STARTING = 0
 READY = 1
@@ -70,7 +70,7 @@ class Pod:
         self.kicked = False
         """A step at the current instant is already scheduled."""
         self.lazy = False
-        """Its iterations are applied on demand, not as events (:mod:`tandem.sim.catchup`)."""
+        """Its iterations are applied on demand, not as events (:mod:`tandem.sim.fleet.catchup`)."""
         self.requests: set[int] = set()
         """Requests sent here and not yet done with it (prefill: until the KV is pulled)."""
         self.ttft = BucketCounter(VLLM_TTFT_BUCKETS_S)

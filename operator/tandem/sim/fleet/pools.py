@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tandem.sim.events import NewEvent
-from tandem.sim.pod import DRAINING, GONE, READY, STARTING, Pod
-from tandem.sim.spec import FleetPlan
+from tandem.sim.fleet.events import NewEvent
+from tandem.sim.fleet.pod import DRAINING, GONE, READY, STARTING, Pod
+from tandem.sim.fleet.spec import FleetPlan
 
 #: Event kinds the fleet schedules (the simulation maps them to handlers).
 POD_READY = 10

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 
 from tandem.policy.config import LatencyTargets
-from tandem.sim.results import RunResult
+from tandem.sim.compare.results import RunResult
 
 _STYLES = {"prefill": "-", "decode": "--", "pool": "-."}
 

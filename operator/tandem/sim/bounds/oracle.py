@@ -10,7 +10,7 @@ serve; 60 s averages hide them: on the Azure code trace the peak 10 s prompt rat
    each request's tokens spread evenly from its arrival over ``output x ITL target``
    (the pace of a request served exactly at its ITL target).
 2. **Least busy time for that work** on one replica, from the engine model's cost
-   model (:mod:`tandem.sim.capacity`): prefill packed into full token budgets (the
+   model (:mod:`tandem.sim.bounds.capacity`): prefill packed into full token budgets (the
    most efficient batches there are, whatever the latency); decode at the largest
    batch whose iteration meets the ITL target at the window's mean context (per-token
    cost only falls with batch size, so no batch meeting the target does better).
@@ -44,8 +44,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tandem.sim.capacity import decode_batch_at_itl, decode_token_s, prefill_busy_s
-from tandem.sim.spec import FleetPlan, PoolPlan
+from tandem.sim.bounds.capacity import decode_batch_at_itl, decode_token_s, prefill_busy_s
+from tandem.sim.fleet.spec import FleetPlan, PoolPlan
 from tandem.traces.parse import TraceRequest
 
 DEFAULT_WINDOW_S = 10.0

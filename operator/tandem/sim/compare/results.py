@@ -19,8 +19,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tandem.sim.requests import COMPLETED, INVALID, REJECTED
-from tandem.sim.simulation import Simulation
+from tandem.sim.fleet.requests import COMPLETED, INVALID, REJECTED
+from tandem.sim.fleet.simulation import Simulation
 
 
 @dataclass(frozen=True)

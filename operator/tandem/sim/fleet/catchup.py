@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from tandem.sim.events import NewEvent
-from tandem.sim.pod import READY, Pod
+from tandem.sim.fleet.events import NewEvent
+from tandem.sim.fleet.pod import READY, Pod
 
 if TYPE_CHECKING:
-    from tandem.sim.flow import Flow
+    from tandem.sim.fleet.flow import Flow
 
-ITERATION = 2  # tandem.sim.flow.ITERATION
+ITERATION = 2  # tandem.sim.fleet.flow.ITERATION
 
 
 def can_be_lazy(pod: Pod) -> bool:
@@ -39,7 +39,7 @@ def can_be_lazy(pod: Pod) -> bool:
 
 
 class CatchUp:
-    """Brings lazy pods up to a time; owned by the :class:`~tandem.sim.flow.Flow`."""
+    """Brings lazy pods up to a time; owned by the :class:`~tandem.sim.fleet.flow.Flow`."""
 
     def __init__(self, flow: Flow) -> None:
         self.flow = flow

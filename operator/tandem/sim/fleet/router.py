@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from tandem.observe.parse import ClassSample, RouterSample
 from tandem.router.pools import PromptSizes
 from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
-from tandem.sim.histogram import ROUTER_ITL_BUCKETS_S, ROUTER_TTFT_BUCKETS_S, BucketCounter
-from tandem.sim.pod import Pod
+from tandem.sim.fleet.histogram import ROUTER_ITL_BUCKETS_S, ROUTER_TTFT_BUCKETS_S, BucketCounter
+from tandem.sim.fleet.pod import Pod
 
 
 class ClassCounters:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from tandem.observe.compute import PodScrape, PoolScrape, compute_observation
 from tandem.observe.parse import EngineSample, RouterSample
 from tandem.observe.types import Observation, PoolObservation
-from tandem.sim.fleet import Fleet
-from tandem.sim.pod import Pod
-from tandem.sim.router import SimRouter
+from tandem.sim.fleet.pod import Pod
+from tandem.sim.fleet.pools import Fleet
+from tandem.sim.fleet.router import SimRouter
 
 ROUTER_POD = "router-0"
 

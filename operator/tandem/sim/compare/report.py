@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tandem.policy.config import LatencyTargets
-from tandem.sim.oracle import Oracle
-from tandem.sim.results import RunResult
+from tandem.sim.bounds.oracle import Oracle
+from tandem.sim.compare.results import RunResult
 
 
 def _num(value: float) -> float | None:

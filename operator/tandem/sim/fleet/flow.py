@@ -12,7 +12,7 @@ An engine is stepped whenever its previous iteration ends: the iteration's effec
 handled at its end time (tokens, finishes, hand-offs), and the next starts at once.
 An idle engine is stepped again when a request arrives or, on a decode pod, when its
 next KV transfer completes. Decode and aggregated pods whose iterations cause no event
-are stepped in batches, on demand (:mod:`tandem.sim.catchup`).
+are stepped in batches, on demand (:mod:`tandem.sim.fleet.catchup`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 from tandem.engine.model import EngineRequest, IterationResult, RemoteKV
-from tandem.sim.catchup import CatchUp, can_be_lazy
-from tandem.sim.events import NewEvent
-from tandem.sim.fleet import Fleet
-from tandem.sim.pod import DRAINING, GONE, STARTING, Pod
-from tandem.sim.requests import ABORTED, COMPLETED, INVALID, NAN, REJECTED, RequestTable
-from tandem.sim.router import SimRouter
-from tandem.sim.spec import FleetPlan
+from tandem.sim.fleet.catchup import CatchUp, can_be_lazy
+from tandem.sim.fleet.events import NewEvent
+from tandem.sim.fleet.pod import DRAINING, GONE, STARTING, Pod
+from tandem.sim.fleet.pools import Fleet
+from tandem.sim.fleet.requests import ABORTED, COMPLETED, INVALID, NAN, REJECTED, RequestTable
+from tandem.sim.fleet.router import SimRouter
+from tandem.sim.fleet.spec import FleetPlan
 
 ARRIVAL = 1
 ITERATION = 2

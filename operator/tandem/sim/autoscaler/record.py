@@ -1,7 +1,7 @@
 """Observation streams as JSON-ready dicts, for recording and replaying them. Pure.
 
 A recorded stream is what the parity test feeds to both drivers (the operator's and
-:class:`~tandem.sim.driver.AutoscalerDriver`). :func:`observation_to_dict` and
+:class:`~tandem.sim.autoscaler.driver.AutoscalerDriver`). :func:`observation_to_dict` and
 :func:`observation_from_dict` are exact inverses for everything an
 :class:`~tandem.observe.types.Observation` holds (percentile keys become strings in
 JSON and come back as ints); one observation per line makes a JSON-lines recording.

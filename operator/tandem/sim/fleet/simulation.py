@@ -1,6 +1,6 @@
 """One run: a trace through a fleet under one autoscaler, in virtual time. Pure.
 
-:class:`Simulation` wires the request path (:mod:`tandem.sim.flow`) to the control
+:class:`Simulation` wires the request path (:mod:`tandem.sim.fleet.flow`) to the control
 loop: the router's 1 s scrape of engine gauges, the autoscaler's tick (scrape every
 ready pod and the router, compute the observation with the operator's own code,
 decide, actuate the Deployments), and a timeline sample every few seconds for the
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 from tandem.observe.types import Observation
 from tandem.policy.types import Decision
-from tandem.sim.driver import AutoscalerDriver
-from tandem.sim.events import EventQueue, Handler, NewEvent
-from tandem.sim.fleet import DRAIN_DEADLINE, POD_READY, Fleet
-from tandem.sim.flow import ARRIVAL, ITERATION, KV_RELEASE, ROUTER_TIMEOUT, Flow
-from tandem.sim.requests import RequestTable
-from tandem.sim.router import SimRouter
-from tandem.sim.sampling import FleetSample, MetricsSampler, sample_fleet
-from tandem.sim.spec import FleetPlan
+from tandem.sim.autoscaler.driver import AutoscalerDriver
+from tandem.sim.fleet.events import EventQueue, Handler, NewEvent
+from tandem.sim.fleet.flow import ARRIVAL, ITERATION, KV_RELEASE, ROUTER_TIMEOUT, Flow
+from tandem.sim.fleet.pools import DRAIN_DEADLINE, POD_READY, Fleet
+from tandem.sim.fleet.requests import RequestTable
+from tandem.sim.fleet.router import SimRouter
+from tandem.sim.fleet.sampling import FleetSample, MetricsSampler, sample_fleet
+from tandem.sim.fleet.spec import FleetPlan
 from tandem.traces.parse import TraceRequest
 
 ROUTER_SCRAPE = 20

@@ -1,0 +1,3 @@
+"""One trace, several autoscalers, the same fleet: the runs ``tandem simulate`` makes,
+what each achieved, and their table, JSON and plot.
+"""
