@@ -394,6 +394,7 @@ def test_without_leader_election_rollouts_never_overlap(chart: Chart) -> None:
         "maxUnavailable": 1,
     }
     assert "--leader-election" not in single.container["command"]
+    assert "--no-leader-election" in single.container["command"]  # the command's default is on
     assert not [r for r in single.of_kind("Role") if "leader" in r["metadata"]["name"]]
 
 

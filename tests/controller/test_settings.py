@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tandem.control.children import CHILD_SELECTOR
-from tandem.controller.settings import KopfTuning, build_settings
+from tandem.controller.config import KopfTuning
+from tandem.controller.settings import build_settings
 from tandem.kube import CHILD_TYPES
 
 

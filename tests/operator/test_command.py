@@ -34,6 +34,23 @@ def test_flags_parse_as_the_chart_passes_them() -> None:
     assert args.leader_election and args.lease_name == "tandem" and args.verbose
 
 
+def test_leader_election_is_on_unless_turned_off() -> None:
+    """The safe default: two operators started alike never both write."""
+    assert build_parser().parse_args(["operator"]).leader_election
+    assert not build_parser().parse_args(["operator", "--no-leader-election"]).leader_election
+
+
+def test_the_defaults_are_the_configurations_own() -> None:
+    from tandem.control.config import OperatorConfig
+    from tandem.controller.config import KopfTuning, LeaseConfig
+
+    args, config = build_parser().parse_args(["operator"]), OperatorConfig(lease=LeaseConfig("x"))
+    assert (args.workers, args.resync_interval) == (config.workers, config.resync_interval_s)
+    assert (args.metrics_port, args.liveness) == (config.metrics_port, config.liveness)
+    assert args.lease_duration == LeaseConfig("x").lease_duration_s
+    assert args.watch_timeout == KopfTuning().watch_server_timeout_s
+
+
 def test_the_autoscaler_is_on_unless_turned_off() -> None:
     assert build_parser().parse_args(["operator"]).autoscaler is True
     assert build_parser().parse_args(["operator", "--no-autoscaler"]).autoscaler is False

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from tandem.api.base import DNS_LABEL_PATTERN, FreeForm, Model, Quantity, cel
 from tandem.api.durations import Duration
+from tandem.api.vocab import Mode, Objective, PolicyName, PoolRole
 
 #: ``hf://org/name[@revision]``, ``pvc://claim/path`` or ``s3://bucket/path``.
 MODEL_URI_PATTERN = (
@@ -325,7 +326,7 @@ class QosSpec(Model):
 
     ttft: LatencyTarget = Field(default_factory=lambda: LatencyTarget(p90=1.0))
     itl: LatencyTarget = Field(default_factory=lambda: LatencyTarget(p90=0.05))
-    objective: Literal["latency", "balanced", "throughput"] = Field(
+    objective: Objective = Field(
         default="balanced",
         description="latency: more headroom, lower utilization. throughput: run pools hot.",
     )
@@ -386,7 +387,7 @@ class RatioBounds(Model):
 class AutoscalingSpec(Model):
     """How each pool is resized."""
 
-    policy: Literal["slo", "queue", "static"] = Field(
+    policy: PolicyName = Field(
         default="slo",
         description="slo: size each pool toward the qos targets. queue: thresholds on queue "
         "depth and KV usage. static: replicas.initial, never changed.",
@@ -434,7 +435,7 @@ class InferenceServiceSpec(Model):
     }
 
     model: ModelSpec
-    mode: Literal["disaggregated", "aggregated"] = "disaggregated"
+    mode: Mode = "disaggregated"
     engine: EngineSpec = Field(default_factory=EngineSpec)
     prefill: PoolSpec | None = None
     decode: PoolSpec | None = None
@@ -444,7 +445,7 @@ class InferenceServiceSpec(Model):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
 
-    def pools(self) -> dict[str, PoolSpec]:
+    def pools(self) -> dict[PoolRole, PoolSpec]:
         """The pools this mode runs, by role (``prefill``/``decode`` or ``pool``)."""
         if self.mode == "aggregated":
             return {"pool": self.pool or PoolSpec()}

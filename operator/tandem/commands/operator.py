@@ -10,6 +10,14 @@ import argparse
 import os
 from typing import Any
 
+from tandem.control.config import OperatorConfig
+from tandem.controller.config import KopfTuning, LeaseConfig
+
+#: Every default below is the configuration's own (one source of defaults).
+DEFAULTS = OperatorConfig(lease=LeaseConfig("-"))
+LEASE = DEFAULTS.lease
+KOPF = KopfTuning()
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -38,28 +46,29 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--metrics-port",
         type=int,
-        default=8080,
+        default=DEFAULTS.metrics_port,
         metavar="PORT",
-        help="port of /metrics and /healthz (default 8080; 0 picks one)",
+        help="port of /metrics and /healthz (default %(default)s; 0 picks one)",
     )
-    p.add_argument("--metrics-host", default="0.0.0.0", metavar="HOST")
+    p.add_argument("--metrics-host", default=DEFAULTS.metrics_host, metavar="HOST")
     p.add_argument(
         "--liveness",
-        default="http://0.0.0.0:8081/healthz",
+        default=DEFAULTS.liveness,
         metavar="URL",
         help="Kopf's liveness endpoint (default %(default)s; 'none' disables)",
     )
     p.add_argument(
         "--leader-election",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="hold a coordination.k8s.io Lease so only one "
-        "replica acts (off by default; the Helm chart turns it on)",
+        default=DEFAULTS.leader_election,
+        help="hold a coordination.k8s.io Lease so only one replica acts (default on: two "
+        "operators without it would both write; --no-leader-election for a lone operator "
+        "that may not create Leases)",
     )
-    p.add_argument("--lease-name", default="tandem-operator", metavar="NAME")
+    p.add_argument("--lease-name", default=LEASE.name, metavar="NAME")
     p.add_argument(
         "--lease-namespace",
-        default=os.environ.get("POD_NAMESPACE", "default"),
+        default=os.environ.get("POD_NAMESPACE", LEASE.namespace),
         metavar="NS",
         help="namespace of the Lease (default: $POD_NAMESPACE)",
     )
@@ -69,34 +78,36 @@ def register(sub: Any) -> None:
         metavar="ID",
         help="this replica's name in the Lease (default: $POD_NAME or host-pid)",
     )
-    p.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
+    p.add_argument(
+        "--lease-duration", type=float, default=LEASE.lease_duration_s, metavar="SECONDS"
+    )
     p.add_argument(
         "--workers",
         type=int,
-        default=16,
+        default=DEFAULTS.workers,
         metavar="N",
-        help="InferenceServices reconciled concurrently (default 16)",
+        help="InferenceServices reconciled concurrently (default %(default)s)",
     )
     p.add_argument(
         "--autoscaler",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=DEFAULTS.autoscaler,
         help="resize each InferenceService's pools from live metrics (default on; "
         "--no-autoscaler leaves pool sizes alone)",
     )
     p.add_argument(
         "--resync-interval",
         type=float,
-        default=600.0,
+        default=DEFAULTS.resync_interval_s,
         metavar="SECONDS",
-        help="reconcile every service this often even without changes",
+        help="reconcile every service this often even without changes (default %(default)s)",
     )
     p.add_argument(
         "--watch-timeout",
         type=float,
-        default=300.0,
+        default=KOPF.watch_server_timeout_s,
         metavar="SECONDS",
-        help="server-side timeout of each watch request (default 300)",
+        help="server-side timeout of each watch request (default %(default)s)",
     )
     p.add_argument(
         "--kubeconfig",
@@ -132,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
-    from tandem.control import KopfTuning, LeaseConfig, Operator, OperatorConfig
-    from tandem.control.app import default_identity
+    from tandem.control import Operator
+    from tandem.control.config import default_identity
     from tandem.kube import KubeClient
 
     kopf.configure(
@@ -150,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
             name=args.lease_name,
             namespace=args.lease_namespace,
             lease_duration_s=args.lease_duration,
-            renew_deadline_s=args.lease_duration * 2 / 3,
-            retry_period_s=args.lease_duration / 7.5,
+            renew_deadline_s=args.lease_duration * LEASE.renew_deadline_s / LEASE.lease_duration_s,
+            retry_period_s=args.lease_duration * LEASE.retry_period_s / LEASE.lease_duration_s,
         )
     except ValueError as err:
         print(f"tandem operator: {err}")
@@ -168,8 +179,10 @@ def run(args: argparse.Namespace) -> int:
         autoscaler=args.autoscaler,
         kopf=KopfTuning(
             watch_server_timeout_s=args.watch_timeout,
-            watch_client_timeout_s=args.watch_timeout + 60,
-            watch_inactivity_timeout_s=args.watch_timeout + 120,
+            watch_client_timeout_s=args.watch_timeout
+            + (KOPF.watch_client_timeout_s - KOPF.watch_server_timeout_s),
+            watch_inactivity_timeout_s=args.watch_timeout
+            + (KOPF.watch_inactivity_timeout_s - KOPF.watch_server_timeout_s),
         ),
     )
     agent = f"tandem-operator/{identity}"

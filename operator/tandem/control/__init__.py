@@ -6,13 +6,15 @@
 :mod:`tandem.control.children` and :mod:`tandem.control.readiness`.
 """
 
-from tandem.control.app import Operator, OperatorConfig, default_identity
+from tandem.control.app import Operator
+from tandem.control.config import OperatorConfig, default_identity
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.readiness import compute_status, compute_status_patch
 from tandem.control.reconcile import Reconciler
 from tandem.control.runtime import Runtime
-from tandem.controller.leadership import LeaderElector, LeaseConfig
-from tandem.controller.settings import KopfTuning, build_settings
+from tandem.controller.config import KopfTuning, LeaseConfig
+from tandem.controller.leadership import LeaderElector
+from tandem.controller.settings import build_settings
 from tandem.controller.ticker import TickContext, Tickers
 
 __all__ = [

@@ -15,63 +15,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import kopf
 
 from tandem.control.autoscale import setup_autoscaler
 from tandem.control.children import CHILD_SELECTOR
+from tandem.control.config import OperatorConfig
 from tandem.control.handlers import build_registry
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.runtime import Runtime
 from tandem.controller.http import HttpServer, metrics_app, serve_standby_liveness
-from tandem.controller.leadership import LeaderElector, LeaseConfig
-from tandem.controller.settings import KopfTuning, build_settings
+from tandem.controller.leadership import LeaderElector
+from tandem.controller.settings import build_settings
 from tandem.kube import CHILD_TYPES, KubeClient
 
 logger = logging.getLogger("tandem.control")
-
-
-def default_identity() -> str:
-    """``<hostname>-<pid>``: unique per replica (the pod name is the hostname)."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class OperatorConfig:
-    """How one operator runs. Durations in seconds."""
-
-    namespaces: Sequence[str] = ()
-    """Namespaces to serve; empty serves all namespaces."""
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int | None = 8080
-    """Port of /metrics and /healthz; 0 picks a free one, None serves none."""
-    liveness: str | None = "http://0.0.0.0:8081/healthz"
-    """Kopf's liveness endpoint (answers "standby" until this replica leads)."""
-    leader_election: bool = True
-    lease: LeaseConfig = field(default_factory=lambda: LeaseConfig(default_identity()))
-    workers: int = 16
-    """Services reconciled concurrently."""
-    resync_interval_s: float = 600.0
-    event_dedupe_s: float = 300.0
-    retry_base_s: float = 0.5
-    retry_max_s: float = 300.0
-    kopf: KopfTuning = field(default_factory=KopfTuning)
-    stop_timeout_s: float = 20.0
-    """How long Kopf may take to stop before it is cancelled."""
-    autoscaler: bool = True
-    """Run the autoscaler (:mod:`tandem.control.autoscale`) on every InferenceService;
-    off, the pools keep whatever size they have (``replicas.initial`` when created)."""
-
-    @property
-    def identity(self) -> str:
-        return self.lease.identity
 
 
 Setup = Callable[[Runtime], None]

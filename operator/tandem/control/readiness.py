@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api import InferenceService
+from tandem.api.vocab import Component, PoolRole
 from tandem.controller.conditions import Condition, merge_conditions
 from tandem.manifests import router_url
 from tandem.manifests.meta import ENGINE_ROLES, child_name
@@ -43,7 +44,7 @@ class DesiredStatus:
 
     conditions: tuple[Condition, ...]
     managed: frozenset[str]
-    pools: Mapping[str, Mapping[str, int]] | None
+    pools: Mapping[PoolRole, Mapping[str, int]] | None
     router_url: str | None
 
 
@@ -54,7 +55,9 @@ def _deployment_condition(deployment: Mapping[str, Any], kind: str) -> Mapping[s
     return {}
 
 
-def compute_component(role: str, name: str, deployment: Mapping[str, Any] | None) -> Condition:
+def compute_component(
+    role: Component, name: str, deployment: Mapping[str, Any] | None
+) -> Condition:
     """The condition of one component from its Deployment (None: not there)."""
     kind = ROLE_CONDITION[role]
     if deployment is None:
@@ -107,7 +110,7 @@ def compute_status(
     ``error`` (a failed reconcile a person must fix) turns ``Ready`` False with reason
     ``ReconcileError`` and that message, whatever the components say.
     """
-    roles = [*isvc.spec.pools(), "router"]
+    roles: list[Component] = [*isvc.spec.pools(), "router"]
     components = tuple(
         compute_component(role, child_name(isvc, role), deployments.get(child_name(isvc, role)))
         for role in roles
@@ -168,7 +171,7 @@ def compute_status_patch(
 
 
 def _pools_patch(
-    live: Mapping[str, Any], desired: Mapping[str, Mapping[str, int]]
+    live: Mapping[str, Any], desired: Mapping[PoolRole, Mapping[str, int]]
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for role, fields in desired.items():
@@ -176,7 +179,7 @@ def _pools_patch(
         changed = {k: v for k, v in fields.items() if have.get(k) != v}
         if changed:
             out[role] = changed
-    for role in live:
-        if role not in desired and role in ENGINE_ROLES:
-            out[role] = None
+    for name in live:
+        if name not in desired and name in ENGINE_ROLES:
+            out[name] = None
     return out

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from tandem.api import InferenceService
+from tandem.api.vocab import Component, PoolRole
 from tandem.control.readiness import AUTOSCALER_TYPES
 from tandem.control.tick import DELETION_COST_ANNOTATION, Tick
 from tandem.controller.cache import is_older
@@ -31,7 +32,7 @@ from tandem.observe.source import PoolTargets, metrics_url
 from tandem.policy.types import CAUSES, DRIVERS, PoolDecision
 from tandem.router.pods import compute_pod_address
 
-ROUTER_ROLE = "router"
+ROUTER_ROLE: Final = "router"
 #: Every value :func:`compute_reason_label` returns (the ``reason`` label's whole range).
 REASON_LABELS = (*DRIVERS, *CAUSES, "hold", "other")
 
@@ -73,13 +74,13 @@ def compute_pool_targets(
     deployments: Mapping[str, Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     written: Mapping[str, Written] | None = None,
-) -> dict[str, PoolTargets] | None:
+) -> dict[PoolRole, PoolTargets] | None:
     """Per pool: replicas of its Deployment, its ready pods and their metrics URLs.
 
     ``deployments`` by name; ``written`` by Deployment name. None while a pool's
     Deployment does not exist yet (the reconciler creates it; nothing to size).
     """
-    out: dict[str, PoolTargets] = {}
+    out: dict[PoolRole, PoolTargets] = {}
     pods = list(pods)
     for role in isvc.spec.pools():
         name = child_name(isvc, role)
@@ -99,7 +100,7 @@ def compute_router_targets(
     return _ready_urls(pods, isvc.name, ROUTER_ROLE)
 
 
-def _ready_urls(pods: Iterable[Mapping[str, Any]], service: str, role: str) -> dict[str, str]:
+def _ready_urls(pods: Iterable[Mapping[str, Any]], service: str, role: Component) -> dict[str, str]:
     urls: dict[str, str] = {}
     for pod in pods:
         labels = _labels(pod)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tandem.api.vocab import PoolRole
 from tandem.controller.conditions import Condition
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import PolicyConfig
@@ -34,7 +35,7 @@ class Tick:
 
     state: PolicyState
     decision: Decision
-    scale: Mapping[str, int]
+    scale: Mapping[PoolRole, int]
     """Role → replicas, only for pools whose size changes."""
     status: dict[str, Any]
     """A merge patch for ``.status``: ``pools`` and ``autoscaler`` (the policy's state)."""
@@ -49,7 +50,7 @@ def compute_tick(
     """Run the policy on ``obs`` with the state kept in ``status``."""
     state = PolicyState.from_dict((status or {}).get("autoscaler"))
     state, decision = decide(state, obs, config)
-    pools: dict[str, Any] = {}
+    pools: dict[PoolRole, Any] = {}
     for role, pool in decision.pools.items():
         entry: dict[str, Any] = {"desiredReplicas": pool.desired}
         if pool.desired != pool.current:

@@ -20,33 +20,13 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from tandem.controller.config import LeaseConfig
 from tandem.kube import KubeClient, KubeError, create_lease, fetch_lease, replace_lease
 
 Action = Literal["create", "acquire", "renew", "wait"]
-
-
-@dataclass(frozen=True)
-class LeaseConfig:
-    """Where the Lease lives, who we are, and its timing (seconds)."""
-
-    identity: str
-    name: str = "tandem-operator"
-    namespace: str = "default"
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
-            raise ValueError(
-                "need retry period < renew deadline < lease duration, got "
-                f"{self.retry_period_s} / {self.renew_deadline_s} / "
-                f"{self.lease_duration_s}"
-            )
 
 
 def decide_lease(

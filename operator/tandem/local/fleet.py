@@ -14,12 +14,15 @@ from collections.abc import Callable, Mapping
 import aiohttp
 
 from tandem.api import InferenceService
+from tandem.api.vocab import PoolRole
 from tandem.local.processes import EnginePod, check_ready, spawn_engine, stop_engine
 from tandem.manifests.vllm_args import build_sim_args
 from tandem.observe.source import PoolTargets, metrics_url
 
 
-def build_local_engine_args(isvc: InferenceService, role: str, cold_start_s: float) -> list[str]:
+def build_local_engine_args(
+    isvc: InferenceService, role: PoolRole, cold_start_s: float
+) -> list[str]:
     """The sim engine's arguments for ``role``, as the cluster builders emit them, minus
     the listen address (chosen locally) and plus the modelled cold start."""
     args = build_sim_args(isvc, role)
@@ -44,25 +47,25 @@ class LocalFleet:
         isvc: InferenceService,
         cold_start_s: float,
         clock: Callable[[], float],
-        on_change: Callable[[str, list[str]], None],
+        on_change: Callable[[PoolRole, list[str]], None],
     ) -> None:
         self.isvc = isvc
         self.cold_start_s = cold_start_s
         self.clock = clock
         self.on_change = on_change
-        self.pods: dict[str, list[EnginePod]] = {role: [] for role in isvc.spec.pools()}
+        self.pods: dict[PoolRole, list[EnginePod]] = {role: [] for role in isvc.spec.pools()}
         self._ids = itertools.count()
         self._stopping: set[asyncio.Task[None]] = set()
         self.spawned: list[int] = []
         """Process ids of every pod ever started (for checks that none is left)."""
 
-    def replicas(self, role: str) -> int:
+    def replicas(self, role: PoolRole) -> int:
         return len(self.pods[role])
 
-    def ready(self, role: str) -> list[EnginePod]:
+    def ready(self, role: PoolRole) -> list[EnginePod]:
         return [p for p in self.pods[role] if p.ready]
 
-    def targets(self) -> dict[str, PoolTargets]:
+    def targets(self) -> dict[PoolRole, PoolTargets]:
         """What the scraper reads: each pool's size and its ready pods' metrics URLs."""
         return {
             role: PoolTargets(
@@ -73,7 +76,9 @@ class LocalFleet:
             for role, pods in self.pods.items()
         }
 
-    async def scale(self, role: str, replicas: int, costs: Mapping[str, int] | None = None) -> None:
+    async def scale(
+        self, role: PoolRole, replicas: int, costs: Mapping[str, int] | None = None
+    ) -> None:
         pods = self.pods[role]
         while len(pods) < replicas:
             name = f"{self.isvc.name}-{role}-{next(self._ids)}"
@@ -107,7 +112,7 @@ class LocalFleet:
             if changed:
                 self._publish(role)
 
-    def _publish(self, role: str) -> None:
+    def _publish(self, role: PoolRole) -> None:
         self.on_change(role, [p.url for p in self.ready(role)])
 
     async def close(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import aiohttp
 
 from tandem.api import InferenceService
+from tandem.api.vocab import PoolRole
 from tandem.control.tick import compute_deletion_costs, compute_tick
 from tandem.local.fleet import LocalFleet
 from tandem.local.load import LoadStats, replay_trace
@@ -50,7 +51,7 @@ class UpOptions:
 class Timeline:
     """What ``--json`` writes: pool sizes over time and every decision."""
 
-    pools: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    pools: dict[PoolRole, list[dict[str, float]]] = field(default_factory=dict)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
     """Every engine process started (not written to JSON)."""

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from tandem.api import InferenceService, PoolSpec
+from tandem.api.vocab import PoolRole
 from tandem.manifests.drain import SETTLE_S, build_drain_command, compute_grace_period_s
 from tandem.manifests.images import TANDEM_IMAGE, VLLM_IMAGE
 from tandem.manifests.meta import (
@@ -41,7 +42,7 @@ def autoscaled(isvc: InferenceService) -> bool:
     return isvc.spec.autoscaling.policy != "static"
 
 
-def build_engine_deployment(isvc: InferenceService, owner: Owner, role: str) -> dict[str, Any]:
+def build_engine_deployment(isvc: InferenceService, owner: Owner, role: PoolRole) -> dict[str, Any]:
     """The ``apps/v1`` Deployment of pool ``role``; no ``replicas`` when autoscaled."""
     pool = isvc.spec.pools()[role]
     template = with_spec_hash(
@@ -69,7 +70,7 @@ def build_engine_deployment(isvc: InferenceService, owner: Owner, role: str) -> 
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
 
 
-def _pod_spec(isvc: InferenceService, role: str, pool: PoolSpec) -> dict[str, Any]:
+def _pod_spec(isvc: InferenceService, role: PoolRole, pool: PoolSpec) -> dict[str, Any]:
     engine = isvc.spec.engine
     sim = engine.backend == "sim"
     volumes: list[dict[str, Any]] = [
@@ -105,7 +106,7 @@ def _pod_spec(isvc: InferenceService, role: str, pool: PoolSpec) -> dict[str, An
 
 
 def _container(
-    isvc: InferenceService, role: str, pool: PoolSpec, sim: bool, pvc: bool
+    isvc: InferenceService, role: PoolRole, pool: PoolSpec, sim: bool, pvc: bool
 ) -> dict[str, Any]:
     engine = isvc.spec.engine
     if sim:
@@ -154,14 +155,14 @@ def _container(
     return container
 
 
-def _ports(role: str, sim: bool) -> list[dict[str, Any]]:
+def _ports(role: PoolRole, sim: bool) -> list[dict[str, Any]]:
     ports = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
     if role != "pool" and not sim:
         ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
     return ports
 
 
-def _env(isvc: InferenceService, role: str, sim: bool) -> list[dict[str, Any]]:
+def _env(isvc: InferenceService, role: PoolRole, sim: bool) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/cache/huggingface"}]
     if role != "pool":
         # The address a decode engine pulls KV from (the sim engine advertises it too).

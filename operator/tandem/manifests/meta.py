@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api import InferenceService
+from tandem.api.vocab import POOL_ROLES, Component
 
 #: Label keys Tandem sets on every child (and selects pods by).
 SERVICE_LABEL = "serving.tandem.dev/service"
@@ -16,7 +17,7 @@ SPEC_HASH_ANNOTATION = "serving.tandem.dev/spec-hash"
 INITIAL_REPLICAS_ANNOTATION = "serving.tandem.dev/initial-replicas"
 #: Labels the chart puts on operator pods; engines accept metrics scrapes from them.
 OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "tandem-operator"}
-ENGINE_ROLES = ("prefill", "decode", "pool")
+ENGINE_ROLES = POOL_ROLES
 HTTP_PORT = 8000
 NIXL_SIDE_CHANNEL_PORT = 5600
 
@@ -41,17 +42,17 @@ class Owner:
         }
 
 
-def child_name(isvc: InferenceService, role: str) -> str:
+def child_name(isvc: InferenceService, role: Component) -> str:
     """``<service>-<role>``: the name of a pool's (or the router's) objects."""
     return f"{isvc.name}-{role}"
 
 
-def selector_labels(isvc: InferenceService, role: str) -> dict[str, str]:
+def selector_labels(isvc: InferenceService, role: Component) -> dict[str, str]:
     """The labels a child's pods are selected by; stable for the resource's life."""
     return {SERVICE_LABEL: isvc.name, ROLE_LABEL: role}
 
 
-def labels(isvc: InferenceService, role: str) -> dict[str, str]:
+def labels(isvc: InferenceService, role: Component) -> dict[str, str]:
     """Standard ``app.kubernetes.io/*`` labels plus the selector labels."""
 
     return {
@@ -65,7 +66,7 @@ def labels(isvc: InferenceService, role: str) -> dict[str, str]:
 
 
 def metadata(
-    isvc: InferenceService, owner: Owner, name: str, role: str, **extra: Any
+    isvc: InferenceService, owner: Owner, name: str, role: Component, **extra: Any
 ) -> dict[str, Any]:
     """``metadata`` of a child: name, namespace, labels, the controller ownerReference."""
     return {

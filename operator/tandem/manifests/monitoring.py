@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tandem.api import InferenceService
 from tandem.api.durations import format_duration
+from tandem.api.vocab import PoolRole
 from tandem.manifests.meta import (
     ROLE_LABEL,
     SERVICE_LABEL,
@@ -39,7 +41,9 @@ def _relabelings(pool: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def build_monitors(isvc: InferenceService, owner: Owner, roles: list[str]) -> list[dict[str, Any]]:
+def build_monitors(
+    isvc: InferenceService, owner: Owner, roles: Sequence[PoolRole]
+) -> list[dict[str, Any]]:
     """The monitors ``spec.monitoring`` asks for (none by default)."""
     mon = isvc.spec.monitoring
     interval = format_duration(mon.interval)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tandem.api import InferenceService
+from tandem.api.vocab import Component, PoolRole
 from tandem.manifests.meta import (
     HTTP_PORT,
     OPERATOR_POD_LABELS,
@@ -19,7 +21,7 @@ from tandem.manifests.meta import (
 PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
 
 
-def build_engine_service(isvc: InferenceService, owner: Owner, role: str) -> dict[str, Any]:
+def build_engine_service(isvc: InferenceService, owner: Owner, role: PoolRole) -> dict[str, Any]:
     """``<name>-<role>``: a headless Service naming the pool's ready pods."""
     return {
         "apiVersion": "v1",
@@ -33,7 +35,7 @@ def build_engine_service(isvc: InferenceService, owner: Owner, role: str) -> dic
     }
 
 
-def build_pdb(isvc: InferenceService, owner: Owner, role: str) -> dict[str, Any]:
+def build_pdb(isvc: InferenceService, owner: Owner, role: Component) -> dict[str, Any]:
     """At most one pod of a pool (or of the router) voluntarily disrupted at a time."""
     return {
         "apiVersion": "policy/v1",
@@ -43,7 +45,9 @@ def build_pdb(isvc: InferenceService, owner: Owner, role: str) -> dict[str, Any]
     }
 
 
-def build_network_policy(isvc: InferenceService, owner: Owner, roles: list[str]) -> dict[str, Any]:
+def build_network_policy(
+    isvc: InferenceService, owner: Owner, roles: Sequence[PoolRole]
+) -> dict[str, Any]:
     """Only the router, the pools' own peers (KV side channel included), the operator's
     metrics scrapes and, with a PodMonitor, Prometheus reach the engine pods."""
     engines = {

@@ -7,7 +7,7 @@ exactly ``get/list/watch`` on pods and InferenceServices in its own namespace.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from tandem.api import GROUP, PLURAL, InferenceService
 from tandem.manifests.images import TANDEM_IMAGE
@@ -21,7 +21,7 @@ from tandem.manifests.meta import (
     with_spec_hash,
 )
 
-ROLE = "router"
+ROLE: Final = "router"
 RUN_AS_UID = 10001
 
 

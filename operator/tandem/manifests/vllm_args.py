@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api import InferenceService, PoolSpec
+from tandem.api.vocab import PoolRole
 from tandem.manifests.meta import HTTP_PORT
 
 MODELS_MOUNT = "/models"
@@ -49,7 +50,7 @@ def parse_model_uri(uri: str) -> ModelSource:
     raise ValueError(f"unsupported model uri {uri!r}")
 
 
-def build_kv_transfer_config(isvc: InferenceService, role: str) -> dict[str, Any] | None:
+def build_kv_transfer_config(isvc: InferenceService, role: PoolRole) -> dict[str, Any] | None:
     """The ``--kv-transfer-config`` object of ``role`` (``None`` in aggregated mode)."""
     if role == "pool":
         return None
@@ -77,7 +78,7 @@ def _pool_flags(pool: PoolSpec) -> list[str]:
     return flags
 
 
-def build_vllm_args(isvc: InferenceService, role: str) -> list[str]:
+def build_vllm_args(isvc: InferenceService, role: PoolRole) -> list[str]:
     """Arguments after ``vllm serve`` for ``role``, in a stable order."""
     spec = isvc.spec
     pool = spec.pools()[role]
@@ -102,7 +103,7 @@ def build_vllm_args(isvc: InferenceService, role: str) -> list[str]:
     return args + list(spec.engine.extra_args)
 
 
-def build_sim_args(isvc: InferenceService, role: str) -> list[str]:
+def build_sim_args(isvc: InferenceService, role: PoolRole) -> list[str]:
     """Arguments after ``tandem engine sim`` for ``role`` (the simulated CPU engine)."""
     spec = isvc.spec
     pool = spec.pools()[role]

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.histogram import (
     DEFAULT_PERCENTILES,
     Histogram,
@@ -82,7 +83,7 @@ def compute_rate(previous: float | None, current: float | None, elapsed_s: float
 def compute_observation(
     now_s: float,
     window_s: float,
-    pools: Mapping[str, PoolScrape],
+    pools: Mapping[PoolRole, PoolScrape],
     routers: Mapping[str, PodScrape[RouterSample]] | None = None,
     *,
     percentiles: Iterable[int] = DEFAULT_PERCENTILES,
@@ -109,7 +110,7 @@ def compute_observation(
 
 
 def compute_pool(
-    role: str, pool: PoolScrape, percentiles: Iterable[int] = DEFAULT_PERCENTILES
+    role: PoolRole, pool: PoolScrape, percentiles: Iterable[int] = DEFAULT_PERCENTILES
 ) -> PoolObservation:
     """Sums, means and rates over the pods of one pool that answered."""
     failed: dict[str, str] = {}
@@ -239,7 +240,9 @@ def _engine_latency(
     )
 
 
-def compute_engine_fallback(pools: Mapping[str, PoolObservation]) -> dict[str, LatencyObservation]:
+def compute_engine_fallback(
+    pools: Mapping[PoolRole, PoolObservation],
+) -> dict[str, LatencyObservation]:
     """``{"default": ...}`` from the engines' latency, for a service without router data."""
     first = pools.get("prefill", pools.get("pool"))
     tokens = pools.get("decode", pools.get("pool"))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.histogram import DEFAULT_PERCENTILES
 from tandem.observe.promql import ROUTER_ROLE, PromTarget, QueryKey, build_queries
 from tandem.observe.promresult import (
@@ -118,7 +119,7 @@ class PrometheusSource(SessionOwner):
         self._max_concurrency = max_concurrency
 
     def build_queries(
-        self, pools: Mapping[str, PoolTargets], routers: Mapping[str, str] | None = None
+        self, pools: Mapping[PoolRole, PoolTargets], routers: Mapping[str, str] | None = None
     ) -> dict[QueryKey, str]:
         """The PromQL this tick runs (pure; shown in docs and status)."""
         pods: dict[str, list[str]] | None = None
@@ -131,7 +132,7 @@ class PrometheusSource(SessionOwner):
         )
 
     async def observe(
-        self, pools: Mapping[str, PoolTargets], routers: Mapping[str, str] | None = None
+        self, pools: Mapping[PoolRole, PoolTargets], routers: Mapping[str, str] | None = None
     ) -> Observation:
         """Query Prometheus for this tick; ``routers`` only pins the router pods."""
         now_s = self._clock()

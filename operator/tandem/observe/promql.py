@@ -21,7 +21,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
+from tandem.api.vocab import Component, PoolRole
 from tandem.observe.histogram import DEFAULT_PERCENTILES
 from tandem.observe.parse import (
     ENGINE_CACHE_INFO,
@@ -41,7 +43,7 @@ from tandem.observe.parse import (
     ROUTER_TTFT,
 )
 
-ROUTER_ROLE = "router"
+ROUTER_ROLE: Final = "router"
 QueryKey = tuple[str, str]
 """``(role, signal)``: ``("decode", "waiting")``, ``("router", "ttft:90")``."""
 
@@ -100,7 +102,7 @@ def quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def build_matchers(target: PromTarget, role: str, pods: Iterable[str] | None = None) -> str:
+def build_matchers(target: PromTarget, role: Component, pods: Iterable[str] | None = None) -> str:
     """``namespace="ns",service="chat",pool="decode"`` (+ a ``pod=~`` matcher)."""
     names = target.labels
     parts = [
@@ -144,7 +146,7 @@ def build_mean(metric: str, matchers: str, by: Iterable[str], window: str) -> st
 
 def build_pool_queries(
     target: PromTarget,
-    role: str,
+    role: PoolRole,
     window_s: float,
     percentiles: Iterable[int] = DEFAULT_PERCENTILES,
     pods: Iterable[str] | None = None,
@@ -198,7 +200,7 @@ def build_router_queries(
 
 def build_queries(
     target: PromTarget,
-    roles: Iterable[str],
+    roles: Iterable[PoolRole],
     window_s: float,
     percentiles: Iterable[int] = DEFAULT_PERCENTILES,
     pods: Mapping[str, Iterable[str]] | None = None,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tandem.api.vocab import Component, PoolRole
 from tandem.observe.compute import compute_engine_fallback
 from tandem.observe.histogram import DEFAULT_PERCENTILES
 from tandem.observe.parse import ROUTER_CLASS_LABEL, ROUTER_CODE_LABEL
@@ -68,7 +69,7 @@ def parse_query_response(payload: Any) -> Vector:
 def compute_prometheus_observation(
     now_s: float,
     window_s: float,
-    pools: Mapping[str, PoolSize],
+    pools: Mapping[PoolRole, PoolSize],
     queries: Mapping[QueryKey, str],
     results: Mapping[QueryKey, Vector | Exception],
     labels: PromLabels | None = None,
@@ -129,7 +130,7 @@ def _by_label(series: Vector, label: str) -> dict[str, float]:
 
 
 def _pool(
-    role: str, size: PoolSize, vector: Lookup, pod_label: str, percentiles: tuple[int, ...]
+    role: PoolRole, size: PoolSize, vector: Lookup, pod_label: str, percentiles: tuple[int, ...]
 ) -> PoolObservation:
     gauges = {signal: _by_label(vector((role, signal)), pod_label) for signal in POD_GAUGES}
     failed = {
@@ -189,7 +190,7 @@ def _kv_capacity_by_pod(info: Vector, pod_label: str) -> dict[str, float]:
 
 
 def _percentiles(
-    vector: Lookup, role: str, name: str, percentiles: tuple[int, ...]
+    vector: Lookup, role: Component, name: str, percentiles: tuple[int, ...]
 ) -> dict[str, dict[int, float]]:
     """Class (``""`` for engines) → percentile → value, skipping NaN (no samples)."""
     out: dict[str, dict[int, float]] = {}
@@ -201,7 +202,7 @@ def _percentiles(
     return out
 
 
-def _means(vector: Lookup, role: str, name: str) -> dict[str, float]:
+def _means(vector: Lookup, role: Component, name: str) -> dict[str, float]:
     """Class (``""`` for engines) → the window's mean of ``name`` (``ttft``/``itl``)."""
     out: dict[str, float] = {}
     for labels, value in vector((role, f"{name}:mean")):
@@ -211,7 +212,7 @@ def _means(vector: Lookup, role: str, name: str) -> dict[str, float]:
 
 
 def _engine_latency(
-    role: str, vector: Lookup, percentiles: tuple[int, ...]
+    role: PoolRole, vector: Lookup, percentiles: tuple[int, ...]
 ) -> LatencyObservation | None:
     requests = vector((role, "ttft_requests"))
     if not requests:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.compute import PodScrape, PoolScrape, compute_observation
 from tandem.observe.histogram import DEFAULT_PERCENTILES
 from tandem.observe.parse import (
@@ -112,7 +113,7 @@ class Scraper(SessionOwner):
         self._last_now_s: float | None = None
 
     async def observe(
-        self, pools: Mapping[str, PoolTargets], routers: Mapping[str, str] | None = None
+        self, pools: Mapping[PoolRole, PoolTargets], routers: Mapping[str, str] | None = None
     ) -> Observation:
         """Scrape every pod once and return the observation of this tick."""
         now_s = self._clock()
@@ -120,7 +121,7 @@ class Scraper(SessionOwner):
         urls |= {f"router/{pod}": url for pod, url in (routers or {}).items()}
         texts = await scrape_texts(self._http(), urls, self.timeout_s, self._max_concurrency)
         at_s = self._clock()
-        pool_scrapes: dict[str, PoolScrape] = {}
+        pool_scrapes: dict[PoolRole, PoolScrape] = {}
         engines: dict[tuple[str, str], EngineSample] = {}
         for role, targets in pools.items():
             pods: dict[str, PodScrape[EngineSample]] = {}

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation
 
 
@@ -33,7 +34,7 @@ class ObservationSource(Protocol):
     """Anything that turns this tick's pods into an observation."""
 
     async def observe(
-        self, pools: Mapping[str, PoolTargets], routers: Mapping[str, str] | None = None
+        self, pools: Mapping[PoolRole, PoolTargets], routers: Mapping[str, str] | None = None
     ) -> Observation:
         """``pools``: role → targets; ``routers``: router pod name → metrics URL."""
         ...

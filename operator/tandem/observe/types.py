@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tandem.api.vocab import PoolRole
+
 
 @dataclass(frozen=True)
 class LatencyObservation:
@@ -50,7 +52,7 @@ class PodObservation:
 class PoolObservation:
     """One pool at one tick. Gauges are summed over the pods that answered."""
 
-    role: str
+    role: PoolRole
     """``prefill``, ``decode`` or ``pool``."""
     replicas: int
     """Pods the Deployment has now (ready or starting)."""
@@ -109,7 +111,7 @@ class Observation:
     now_s: float
     window_s: float
     """Seconds since the previous scrape: the window of every rate and percentile."""
-    pools: Mapping[str, PoolObservation]
+    pools: Mapping[PoolRole, PoolObservation]
     latency_by_class: Mapping[str, LatencyObservation] = field(default_factory=dict)
     """Router-measured latency per priority class (``default`` without classes)."""
     arrival_prompt_tokens_per_s: float | None = None

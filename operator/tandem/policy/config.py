@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tandem.api import InferenceService
+from tandem.api.vocab import Objective, PolicyName, PoolRole
 
 #: Share of a replica's compute capacity (prefill tokens/s, decode batch) the policy plans
 #: to use at the forecast demand, by objective.
@@ -58,7 +59,7 @@ class LatencyTargets:
 class PoolConfig:
     """Bounds and declared capacity of one pool."""
 
-    role: str
+    role: PoolRole
     min_replicas: int
     max_replicas: int
     initial_replicas: int
@@ -77,12 +78,11 @@ class PoolConfig:
 class PolicyConfig:
     """Everything ``decide`` needs besides state and observation."""
 
-    policy: str
-    """``slo``, ``queue`` or ``static``."""
-    objective: str
+    policy: PolicyName
+    objective: Objective
     targets: LatencyTargets
     class_targets: Mapping[str, LatencyTargets] = field(default_factory=dict)
-    pools: Mapping[str, PoolConfig] = field(default_factory=dict)
+    pools: Mapping[PoolRole, PoolConfig] = field(default_factory=dict)
     interval_s: float = 15.0
     scale_up_window_s: float = 0.0
     scale_down_window_s: float = 300.0
@@ -122,7 +122,7 @@ def compute_policy_config(isvc: InferenceService) -> PolicyConfig:
     """The policy configuration an InferenceService declares."""
     spec = isvc.spec
     auto, qos = spec.autoscaling, spec.qos
-    pools: dict[str, PoolConfig] = {}
+    pools: dict[PoolRole, PoolConfig] = {}
     for role, pool in spec.pools().items():
         profile = pool.profile
         gpus = max(pool.gpu.count, 1)

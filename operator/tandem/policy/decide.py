@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields, replace
+from typing import Literal
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import PolicyConfig, PoolConfig
 from tandem.policy.sizing import Sizing, ceil_replicas, size_decode, size_prefill, size_queue
 from tandem.policy.stabilize import remember_peak, stabilize
 from tandem.policy.state import PolicyState, PoolState
-from tandem.policy.types import Decision, PoolDecision
+from tandem.policy.types import Cause, Decision, PoolDecision
 
 
 def decide(
     state: PolicyState, obs: Observation, config: PolicyConfig
 ) -> tuple[PolicyState, Decision]:
     """Every pool's size for this tick, with its reason, and the state to keep."""
-    decisions: dict[str, PoolDecision] = {}
+    decisions: dict[PoolRole, PoolDecision] = {}
     for role, cfg in config.pools.items():
         pool_obs = obs.pools.get(role)
         pool_state = state.pool(role)
@@ -94,7 +96,9 @@ def _non_finite(pool: PoolObservation) -> str:
     return ""
 
 
-def _hold(role: str, current: int, reason: str, cause: str = "metrics") -> PoolDecision:
+def _hold(
+    role: PoolRole, current: int, reason: str, cause: Cause | Literal[""] = "metrics"
+) -> PoolDecision:
     """``current`` kept without sizing; ``cause`` ``metrics`` means they are missing."""
     available = cause != "metrics"
     return PoolDecision(role, current, current, reason, metrics_available=available, cause=cause)
@@ -107,7 +111,7 @@ def _from_zero_or_hold(obs: Observation, pool: PoolObservation, cfg: PoolConfig)
     if pool.replicas == 0 and cfg.max_replicas > 0 and (traffic or cfg.min_replicas > 0):
         desired = max(cfg.min_replicas, 1)
         why = "the router has traffic" if traffic else f"min is {cfg.min_replicas}"
-        cause = "traffic" if traffic else "min"
+        cause: Cause = "traffic" if traffic else "min"
         return PoolDecision(pool.role, 0, desired, f"{pool.role} 0→{desired}: {why}", cause=cause)
     if pool.replicas == 0:
         return _hold(pool.role, 0, f"{pool.role} 0: no traffic", "idle")
@@ -124,8 +128,8 @@ def _from_zero_or_hold(obs: Observation, pool: PoolObservation, cfg: PoolConfig)
 
 
 def _apply_ratio(
-    decisions: dict[str, PoolDecision], config: PolicyConfig
-) -> dict[str, PoolDecision]:
+    decisions: dict[PoolRole, PoolDecision], config: PolicyConfig
+) -> dict[PoolRole, PoolDecision]:
     """Raise the smaller pool when prefill:decode leaves its declared bounds."""
     pre, dec = decisions.get("prefill"), decisions.get("decode")
     if pre is None or dec is None or not (pre.metrics_available and dec.metrics_available):

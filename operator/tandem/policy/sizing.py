@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import (
@@ -46,6 +47,7 @@ from tandem.policy.learn import (
     learn_step_fit,
 )
 from tandem.policy.state import PoolState
+from tandem.policy.types import Driver
 
 #: Holt smoothing factors for the demand level and its trend (per tick).
 LEVEL_ALPHA = 0.5
@@ -61,7 +63,7 @@ class Sizing:
     replicas: float
     reason: str
     state: PoolState
-    driver: str = ""
+    driver: Driver | Literal[""] = ""
     """What set the size (a :data:`~tandem.policy.types.DRIVERS` code)."""
     signals: dict[str, float] = field(default_factory=dict)
     panic: bool = False
@@ -194,7 +196,7 @@ def size_prefill(
     )
     n_latency = _latency_floor(pool, ratio)
     n = max(n_demand, n_backlog, n_latency)
-    _, driver, reason = max(
+    options: list[tuple[float, Driver, str]] = [
         (
             n_demand,
             "demand",
@@ -208,7 +210,8 @@ def size_prefill(
             f"{budget_s:g}s at {human(capacity)} tok/s per replica",
         ),
         (n_latency, "latency", f"TTFT {measured or 0:.3g}s over target {target or 0:.3g}s"),
-    )
+    ]
+    _, driver, reason = max(options)
     new_state = replace(
         state,
         demand_level=level,
@@ -281,7 +284,7 @@ def size_decode(
     # A rising trend scales the snapshot signals (KV in use, sequences) too; a level still
     # below a sudden jump never shrinks them.
     growth = max(forecast / demand, 1.0) if demand > 0 else 1.0
-    rate_driver = "rate" if itl_s else "concurrency"
+    rate_driver: Driver = "rate" if itl_s else "concurrency"
     if itl_s:
         # A replica at max_batch generates max_batch tokens per step, and its mean
         # step is the target over the tail (the target's percentile over the mean).
@@ -302,7 +305,7 @@ def size_decode(
     n_queue = concurrency / max_batch if pool.waiting_requests >= 1 else 0.0
     n_latency = _latency_floor(pool, ratio)
     n = max(n_kv, n_rate, n_queue, n_latency)
-    _, driver, reason = max(
+    options: list[tuple[float, Driver, str]] = [
         (
             n_kv,
             "kv",
@@ -317,7 +320,8 @@ def size_decode(
             f"{human(max_batch)} within ITL",
         ),
         (n_latency, "latency", f"ITL {measured or 0:.3g}s over target {target or 0:.3g}s"),
-    )
+    ]
+    _, driver, reason = max(options)
     capacity_seqs = max(pool.ready, 1) * max_batch
     return Sizing(
         replicas=n,

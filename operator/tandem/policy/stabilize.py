@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from tandem.policy.config import PolicyConfig, PoolConfig
 from tandem.policy.learn import compute_decay
 from tandem.policy.state import PoolState
+from tandem.policy.types import Cause
 
 
 class Stable(NamedTuple):
@@ -27,7 +28,7 @@ class Stable(NamedTuple):
     state: PoolState
     note: str
     """Why the replicas differ from the need, in words, or ``""``."""
-    cause: str = ""
+    cause: Cause | Literal[""] = ""
     """The same as a :data:`~tandem.policy.types.CAUSES` code (``min``, ``max``,
     ``window``, ``panic``), or ``""`` when the need (perhaps step-limited) stands."""
 
@@ -49,7 +50,7 @@ def stabilize(
         state = replace(state, panic_until_s=now_s + config.panic_window_s)
     outside = min(max(current, cfg.min_replicas), cfg.max_replicas)
     if outside != current:
-        bound = "min" if outside > current else "max"
+        bound: Cause = "min" if outside > current else "max"
         return Stable(outside, state, f"bounds [{cfg.min_replicas}, {cfg.max_replicas}]", bound)
     if wanted > current:
         window = [n for t, n in state.recommendations if t >= now_s - config.scale_up_window_s]

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from tandem.api.vocab import PoolRole, parse_pool_role
+
 
 @dataclass(frozen=True)
 class PoolState:
@@ -77,12 +79,12 @@ class PoolState:
 class PolicyState:
     """State of every pool of one service."""
 
-    pools: Mapping[str, PoolState] = field(default_factory=dict)
+    pools: Mapping[PoolRole, PoolState] = field(default_factory=dict)
 
-    def pool(self, role: str) -> PoolState:
+    def pool(self, role: PoolRole) -> PoolState:
         return self.pools.get(role, PoolState())
 
-    def with_pool(self, role: str, pool: PoolState) -> PolicyState:
+    def with_pool(self, role: PoolRole, pool: PoolState) -> PolicyState:
         return PolicyState({**self.pools, role: pool})
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,17 +105,18 @@ class PolicyState:
         """Inverse of :meth:`to_dict`; unknown or malformed input gives a fresh state."""
         if not isinstance(data, Mapping) or not isinstance(data.get("pools"), Mapping):
             return cls()
-        pools: dict[str, PoolState] = {}
+        pools: dict[PoolRole, PoolState] = {}
         names = set(PoolState.__dataclass_fields__)
-        for role, raw in data["pools"].items():
-            if not isinstance(raw, Mapping):
+        for name, raw in data["pools"].items():
+            role = parse_pool_role(name)
+            if role is None or not isinstance(raw, Mapping):
                 continue
             try:
                 values = {k: v for k, v in raw.items() if k in names}
                 recs = tuple((float(t), int(n)) for t, n in values.pop("recommendations", ()))
                 fit = values.pop("step_fit", None)
                 step_fit = tuple(float(v) for v in fit) if fit is not None else None
-                pools[str(role)] = PoolState(recommendations=recs, step_fit=step_fit, **values)
+                pools[role] = PoolState(recommendations=recs, step_fit=step_fit, **values)
             except (TypeError, ValueError):
-                pools[str(role)] = PoolState()
+                pools[role] = PoolState()
         return cls(pools)

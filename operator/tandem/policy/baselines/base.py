@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import PolicyConfig, PoolConfig
 from tandem.policy.decide import decide
@@ -40,12 +41,12 @@ class TandemAutoscaler:
 
 def per_pool(
     obs: Observation,
-    pools: Mapping[str, PoolConfig],
-    size: Callable[[str, PoolObservation, PoolConfig], tuple[int, str]],
+    pools: Mapping[PoolRole, PoolConfig],
+    size: Callable[[PoolRole, PoolObservation, PoolConfig], tuple[int, str]],
 ) -> Decision:
     """A Decision from ``size(role, pool, cfg) -> (desired, reason)``, holding pools whose
     metrics are missing and clamping to each pool's bounds."""
-    out: dict[str, PoolDecision] = {}
+    out: dict[PoolRole, PoolDecision] = {}
     for role, cfg in pools.items():
         pool = obs.pools.get(role)
         if pool is None or not pool.available:

@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Protocol
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import LatencyTargets, PoolConfig
@@ -50,7 +51,7 @@ class PerfProfile(Protocol):
 class DynamoSlaPlanner:
     def __init__(
         self,
-        pools: Mapping[str, PoolConfig],
+        pools: Mapping[PoolRole, PoolConfig],
         profile: PerfProfile,
         targets: LatencyTargets,
         interval_s: float = ADJUSTMENT_INTERVAL_S,
@@ -68,7 +69,7 @@ class DynamoSlaPlanner:
         return None, per_pool(obs, self.pools, lambda r, p, c: self._size(obs, r, p, c))
 
     def _size(
-        self, obs: Observation, role: str, pool: PoolObservation, cfg: PoolConfig
+        self, obs: Observation, role: PoolRole, pool: PoolObservation, cfg: PoolConfig
     ) -> tuple[int, str]:
         latency = next(iter(obs.latency_by_class.values()), None) or pool.latency
         gpus = max(cfg.gpus_per_replica, 1)

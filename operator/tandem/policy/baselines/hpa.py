@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import PoolConfig
@@ -49,7 +50,7 @@ class Hpa:
 
     def __init__(
         self,
-        pools: Mapping[str, PoolConfig],
+        pools: Mapping[PoolRole, PoolConfig],
         target: float = 0.7,
         metric: Callable[[PoolObservation], float | None] | None = None,
         behavior: HpaBehavior = HpaBehavior(),
@@ -71,7 +72,7 @@ class Hpa:
         new_state = dict(state)
         b = self.behavior
 
-        def size(role: str, pool: PoolObservation, cfg: PoolConfig) -> tuple[int, str]:
+        def size(role: PoolRole, pool: PoolObservation, cfg: PoolConfig) -> tuple[int, str]:
             value = self.metric(pool)
             current = pool.replicas
             if value is None:

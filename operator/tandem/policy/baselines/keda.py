@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tandem.api.vocab import PoolRole
 from tandem.policy.baselines.hpa import Hpa, HpaBehavior
 from tandem.policy.config import PoolConfig
 
@@ -20,7 +21,7 @@ class Keda(Hpa):
     """Each pool scaled on its own summed ``vllm:num_requests_waiting``."""
 
     def __init__(
-        self, pools: Mapping[str, PoolConfig], threshold: float = WAITING_THRESHOLD
+        self, pools: Mapping[PoolRole, PoolConfig], threshold: float = WAITING_THRESHOLD
     ) -> None:
         super().__init__(
             pools,

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import PoolConfig
@@ -39,7 +40,7 @@ class Kpa:
 
     def __init__(
         self,
-        pools: Mapping[str, PoolConfig],
+        pools: Mapping[PoolRole, PoolConfig],
         target_per_pod: float = 100.0,
         target_utilization: float = 0.7,
         stable_window_s: float = 60.0,
@@ -64,7 +65,7 @@ class Kpa:
         states = dict(state.pools)
         now = obs.now_s
 
-        def size(role: str, pool: PoolObservation, cfg: PoolConfig) -> tuple[int, str]:
+        def size(role: PoolRole, pool: PoolObservation, cfg: PoolConfig) -> tuple[int, str]:
             s = states.get(role, KpaPoolState())
             conc = pool.running_requests + pool.waiting_requests
             samples = (*(x for x in s.samples if x[0] > now - self.stable_s), (now, conc))

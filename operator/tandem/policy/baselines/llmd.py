@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import PoolConfig
@@ -21,7 +22,7 @@ from tandem.policy.types import Decision
 class LlmdSaturation:
     def __init__(
         self,
-        pools: Mapping[str, PoolConfig],
+        pools: Mapping[PoolRole, PoolConfig],
         kv_threshold: float = 0.80,
         queue_threshold: float = 5.0,
         kv_spare_trigger: float = 0.10,
@@ -42,7 +43,7 @@ class LlmdSaturation:
     def decide(self, state: None, obs: Observation) -> tuple[None, Decision]:
         return None, per_pool(obs, self.pools, self._size)
 
-    def _size(self, role: str, pool: PoolObservation, cfg: PoolConfig) -> tuple[int, str]:
+    def _size(self, role: PoolRole, pool: PoolObservation, cfg: PoolConfig) -> tuple[int, str]:
         current = pool.replicas
         loads = [(p.kv_usage, p.waiting_requests) for p in pool.pods.values()]
         if not loads:  # no per-pod data: treat the pool mean as every replica

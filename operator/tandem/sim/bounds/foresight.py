@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation
 from tandem.policy.baselines.base import per_pool
 from tandem.policy.config import PoolConfig
@@ -38,7 +39,7 @@ class OracleSchedule:
     """An autoscaler that follows ``oracle``'s per-window replicas with foresight."""
 
     oracle: Oracle
-    pools: dict[str, PoolConfig]
+    pools: dict[PoolRole, PoolConfig]
     interval_s: float
     cold_start_s: float
     measure_from_s: float
@@ -51,20 +52,20 @@ class OracleSchedule:
         return None
 
     def decide(self, state: None, obs: Observation) -> tuple[None, Decision]:
-        def size(role: str, _pool: object, _cfg: PoolConfig) -> tuple[int, str]:
+        def size(role: PoolRole, _pool: object, _cfg: PoolConfig) -> tuple[int, str]:
             n = self.need(role, obs.now_s)
             return n, f"the oracle's schedule: {n}"
 
         return None, per_pool(obs, self.pools, size)
 
-    def need(self, role: str, now_s: float) -> int:
+    def need(self, role: PoolRole, now_s: float) -> int:
         """The largest oracle need from ``now_s`` until pods started now are ready and
         have served an interval, times the pool's headroom. The warm-up replays the
         trace's start mirrored in time, so before the trace the need is the oracle's at
         the mirrored time."""
         return math.ceil(self.headroom.get(role, 1.0) * self._oracle_need(role, now_s) - 1e-9)
 
-    def _oracle_need(self, role: str, now_s: float) -> int:
+    def _oracle_need(self, role: PoolRole, now_s: float) -> int:
         replicas = self.oracle.pools[role].replicas
         if not replicas:
             return 0

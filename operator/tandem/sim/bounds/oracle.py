@@ -44,6 +44,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tandem.api.vocab import PoolRole
 from tandem.sim.bounds.capacity import decode_batch_at_itl, decode_token_s, prefill_busy_s
 from tandem.sim.fleet.spec import FleetPlan, PoolPlan
 from tandem.traces.parse import TraceRequest
@@ -69,7 +70,7 @@ class WindowDemand:
 
 @dataclass(frozen=True)
 class PoolOracle:
-    role: str
+    role: PoolRole
     replicas: tuple[int, ...]
     """Least replicas per window."""
     gpu_hours: float
@@ -85,7 +86,7 @@ class PoolOracle:
 class Oracle:
     window_s: float
     cold_start_s: float
-    pools: Mapping[str, PoolOracle]
+    pools: Mapping[PoolRole, PoolOracle]
 
     @property
     def gpu_hours(self) -> float:
@@ -201,7 +202,7 @@ def compute_oracle(
     itl_s = plan.targets.itl_s or 0.05
     slack_s = plan.targets.ttft_s or 0.0
     demand = compute_demand(requests, window_s, itl_s)
-    pools: dict[str, PoolOracle] = {}
+    pools: dict[PoolRole, PoolOracle] = {}
     lengths = [d.length_s for d in demand]
     for role, pool in plan.pools.items():
         need = compute_pool_need(pool, demand, itl_s, slack_s)

@@ -19,6 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tandem.api.vocab import PoolRole
 from tandem.sim.fleet.requests import COMPLETED, INVALID, REJECTED
 from tandem.sim.fleet.simulation import Simulation
 
@@ -61,7 +62,7 @@ class RunResult:
     itl_p99_s: float
     gpu_hours: float
     gpu_hours_by_pool: Mapping[str, float]
-    peak_replicas: Mapping[str, int]
+    peak_replicas: Mapping[PoolRole, int]
     scale_changes: int
     """Ticks at which some pool's size changed."""
     end_s: float
@@ -213,8 +214,8 @@ def build_timeline(sim: Simulation) -> Timeline:
         itl_p90.append(
             weighted_percentiles(gaps[start:gap_index], counts[start:gap_index], (0.9,))[0]
         )
-    replicas: dict[str, list[int]] = {role: [] for role in sim.fleet.pods}
-    ready: dict[str, list[int]] = {role: [] for role in sim.fleet.pods}
+    replicas: dict[PoolRole, list[int]] = {role: [] for role in sim.fleet.pods}
+    ready: dict[PoolRole, list[int]] = {role: [] for role in sim.fleet.pods}
     changes = sim.fleet.timeline
     current = {role: (0, 0) for role in sim.fleet.pods}
     j = 0

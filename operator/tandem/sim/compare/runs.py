@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tandem.api import InferenceService
+from tandem.api.vocab import PoolRole
 from tandem.policy.baselines import (
     Autoscaler,
     DynamoSlaPlanner,
@@ -187,10 +188,10 @@ def build_autoscaler(name: str, scenario: Scenario) -> Autoscaler | None:
 STATIC_UTILIZATION = {"latency": 0.6, "balanced": 0.75, "throughput": 0.9}
 
 
-def static_replicas(scenario: Scenario) -> dict[str, int]:
+def static_replicas(scenario: Scenario) -> dict[PoolRole, int]:
     """Per pool, the peak window's need over the static utilization (within bounds)."""
     utilization = STATIC_UTILIZATION[scenario.isvc.spec.qos.objective]
-    out: dict[str, int] = {}
+    out: dict[PoolRole, int] = {}
     for role, pool in scenario.plan.pools.items():
         peak = max(scenario.oracle.pools[role].need, default=0.0)
         n = math.ceil(peak / utilization - 1e-9)
@@ -198,7 +199,7 @@ def static_replicas(scenario: Scenario) -> dict[str, int]:
     return out
 
 
-def plan_for(name: str, scenario: Scenario) -> tuple[FleetPlan, dict[str, int]]:
+def plan_for(name: str, scenario: Scenario) -> tuple[FleetPlan, dict[PoolRole, int]]:
     """The fleet a policy runs on and each pool's size at time 0."""
     plan, oracle = scenario.plan, scenario.oracle
     if name == "static":

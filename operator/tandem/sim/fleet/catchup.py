@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from tandem.api.vocab import PoolRole
 from tandem.sim.fleet.events import NewEvent
 from tandem.sim.fleet.pod import READY, Pod
 
@@ -85,7 +86,7 @@ class CatchUp:
                 pod.pending = result
         return events
 
-    def all(self, t: float, roles: Iterable[str] = ("decode", "pool")) -> list[NewEvent]:
+    def all(self, t: float, roles: Iterable[PoolRole] = ("decode", "pool")) -> list[NewEvent]:
         """Every lazy pod of ``roles`` up to ``t``."""
         events: list[NewEvent] = []
         pods = self.flow.fleet.pods

@@ -21,6 +21,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from tandem.api.vocab import PoolRole
 from tandem.engine.model import EngineRequest, IterationResult, RemoteKV
 from tandem.sim.fleet.catchup import CatchUp, can_be_lazy
 from tandem.sim.fleet.events import NewEvent
@@ -48,7 +49,7 @@ class Flow:
         self.table = table
         self.fleet = fleet
         self.router = router
-        self.first_role = "pool" if plan.mode == "aggregated" else "prefill"
+        self.first_role: PoolRole = "pool" if plan.mode == "aggregated" else "prefill"
         first = plan.pools[self.first_role].engine_config
         self.max_prompt_tokens = first.max_model_len - 1
         self.wait_s = plan.router.timeouts.connect_s
@@ -89,7 +90,7 @@ class Flow:
             events.extend(self.dispatch(now, i, self.first_role))
         return events
 
-    def dispatch(self, now: float, i: int, role: str) -> list[NewEvent]:
+    def dispatch(self, now: float, i: int, role: PoolRole) -> list[NewEvent]:
         """Send request ``i`` to a ``role`` pod, or hold it until one is ready."""
         events = self.catchup.all(now, (role,)) if role != "prefill" else []
         pod = self.router.choose(role, now)

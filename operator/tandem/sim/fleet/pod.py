@@ -12,6 +12,7 @@ observed when each iteration ends.
 
 from __future__ import annotations
 
+from tandem.api.vocab import PoolRole
 from tandem.engine.model import Engine, IterationResult
 from tandem.router.selection import Endpoint
 from tandem.sim.fleet.histogram import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S, BucketCounter
@@ -49,7 +50,9 @@ class Pod:
         "ttft",
     )
 
-    def __init__(self, number: int, role: str, engine: Engine, gpus: int, created_s: float) -> None:
+    def __init__(
+        self, number: int, role: PoolRole, engine: Engine, gpus: int, created_s: float
+    ) -> None:
         self.number = number
         self.role = role
         self.name = f"{role}-{number}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tandem.api.vocab import PoolRole
 from tandem.sim.fleet.events import NewEvent
 from tandem.sim.fleet.pod import DRAINING, GONE, READY, STARTING, Pod
 from tandem.sim.fleet.spec import FleetPlan
@@ -28,15 +29,15 @@ class Fleet:
 
     def __init__(self, plan: FleetPlan) -> None:
         self.plan = plan
-        self.pods: dict[str, list[Pod]] = {role: [] for role in plan.pools}
+        self.pods: dict[PoolRole, list[Pod]] = {role: [] for role in plan.pools}
         """Pods that are not gone, by role."""
         self.by_number: list[Pod] = []
         """Every pod ever created, by its number."""
         self.gone_gpu_s: dict[str, float] = dict.fromkeys(plan.pools, 0.0)
-        self.timeline: list[tuple[float, str, int, int]] = []
+        self.timeline: list[tuple[float, PoolRole, int, int]] = []
         """``(time s, role, replicas, ready)`` after every change."""
 
-    def create(self, role: str, now_s: float, ready: bool = False) -> Pod:
+    def create(self, role: PoolRole, now_s: float, ready: bool = False) -> Pod:
         pool = self.plan.pools[role]
         pod = Pod(len(self.by_number), role, pool.new_engine(), pool.gpus_per_replica, now_s)
         self.by_number.append(pod)
@@ -46,15 +47,15 @@ class Fleet:
             pod.ready_s = now_s
         return pod
 
-    def replicas(self, role: str) -> int:
+    def replicas(self, role: PoolRole) -> int:
         """Starting plus ready pods (what the Deployment's ``replicas`` says)."""
         return sum(1 for p in self.pods[role] if p.state in (STARTING, READY))
 
-    def ready(self, role: str) -> list[Pod]:
+    def ready(self, role: PoolRole) -> list[Pod]:
         return [p for p in self.pods[role] if p.state == READY]
 
     def scale_to(
-        self, role: str, desired: int, now_s: float
+        self, role: PoolRole, desired: int, now_s: float
     ) -> tuple[list[NewEvent], list[Pod], list[Pod]]:
         """Actuate ``desired`` replicas: (events, pods created, ready pods to drain).
 
@@ -110,7 +111,7 @@ class Fleet:
         self.gone_gpu_s[pod.role] += pod.gpu_seconds(now_s)
         self.record(pod.role, now_s)
 
-    def record(self, role: str, now_s: float) -> None:
+    def record(self, role: PoolRole, now_s: float) -> None:
         self.timeline.append((now_s, role, self.replicas(role), len(self.ready(role))))
 
     def gpu_seconds(self, now_s: float) -> Mapping[str, float]:

@@ -18,6 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.parse import ClassSample, RouterSample
 from tandem.router.pools import PromptSizes
 from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
@@ -45,7 +46,7 @@ class SimRouter:
         self.inflight = 0
         self.rng = random.Random(seed)
         self.prompt_sizes = PromptSizes()
-        self.pools: dict[str, list[Pod]] = {"prefill": [], "decode": [], "pool": []}
+        self.pools: dict[PoolRole, list[Pod]] = {"prefill": [], "decode": [], "pool": []}
         """Serving pods by role, in the order they became ready."""
         self.classes = {name: ClassCounters() for name in classes}
         self._by_url: dict[str, Pod] = {}
@@ -62,10 +63,10 @@ class SimRouter:
             members.remove(pod)
         self._by_url.pop(pod.endpoint.url, None)
 
-    def has_endpoints(self, role: str) -> bool:
+    def has_endpoints(self, role: PoolRole) -> bool:
         return bool(self.pools[role])
 
-    def choose(self, role: str, now_s: float) -> Pod | None:
+    def choose(self, role: PoolRole, now_s: float) -> Pod | None:
         """The pod the real router's selection picks for ``role``'s next leg."""
         members = self.pools[role]
         if not members:

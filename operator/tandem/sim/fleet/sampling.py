@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.compute import PodScrape, PoolScrape, compute_observation
 from tandem.observe.parse import EngineSample, RouterSample
 from tandem.observe.types import Observation, PoolObservation
@@ -36,7 +37,7 @@ class FleetSample:
     """Everything one scrape read, before it becomes an observation."""
 
     at_s: float
-    pools: Mapping[str, tuple[int, int, Mapping[str, EngineSample]]]
+    pools: Mapping[PoolRole, tuple[int, int, Mapping[str, EngineSample]]]
     """role -> (replicas, ready, samples of the ready pods by pod name)."""
     busy_s: Mapping[str, float]
     """Pod name -> busy seconds so far (for GPU utilization)."""
@@ -64,7 +65,7 @@ def sample_engine(pod: Pod, at_s: float) -> EngineSample:
 
 def sample_fleet(fleet: Fleet, router: SimRouter, at_s: float) -> FleetSample:
     """Scrape every ready pod and the router at ``at_s``."""
-    pools: dict[str, tuple[int, int, Mapping[str, EngineSample]]] = {}
+    pools: dict[PoolRole, tuple[int, int, Mapping[str, EngineSample]]] = {}
     busy: dict[str, float] = {}
     for role in fleet.pods:
         ready = fleet.ready(role)
@@ -89,7 +90,7 @@ class MetricsSampler:
 
     def observe(self, now_s: float, sample: FleetSample) -> Observation:
         """The observation of the tick at ``now_s`` from ``sample`` and the previous one."""
-        scrapes: dict[str, PoolScrape] = {}
+        scrapes: dict[PoolRole, PoolScrape] = {}
         kept: dict[str, EngineSample] = {}
         for role, (replicas, ready, samples) in sample.pools.items():
             pods = {

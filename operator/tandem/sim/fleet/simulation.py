@@ -15,6 +15,7 @@ import gc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tandem.api.vocab import PoolRole
 from tandem.observe.types import Observation
 from tandem.policy.types import Decision
 from tandem.sim.autoscaler.driver import AutoscalerDriver
@@ -40,7 +41,7 @@ class SimulationOptions:
     """How one run is set up (the fleet and the trace come separately)."""
 
     seed: int = 0
-    initial_replicas: Mapping[str, int] = field(default_factory=dict)
+    initial_replicas: Mapping[PoolRole, int] = field(default_factory=dict)
     """Replicas each pool has, ready, at time 0 (default: the spec's ``initial``)."""
     staleness_s: float = 0.0
     """How old the samples an autoscaler tick reads are, seconds (0: scraped at the tick,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tandem.api import InferenceService
+from tandem.api.vocab import PoolRole
 from tandem.engine.model import CostModel, Engine, EngineConfig, get_model
 from tandem.policy.config import LatencyTargets, PolicyConfig, compute_policy_config
 from tandem.router.config import RouterConfig, build_router_config
@@ -36,7 +37,7 @@ class PlanError(ValueError):
 class PoolPlan:
     """How one pool's pods are built and bounded."""
 
-    role: str
+    role: PoolRole
     """``prefill``, ``decode`` or ``pool`` (aggregated)."""
     engine_config: EngineConfig
     cost: CostModel
@@ -65,7 +66,7 @@ class FleetPlan:
     """A whole simulated service: pools, router, timings and targets."""
 
     mode: str
-    pools: Mapping[str, PoolPlan]
+    pools: Mapping[PoolRole, PoolPlan]
     router: RouterConfig
     targets: LatencyTargets
     class_targets: Mapping[str, LatencyTargets] = field(default_factory=dict)
@@ -121,7 +122,7 @@ def build_fleet_plan(
     """The fleet an InferenceService declares (``mode`` may force ``aggregated``)."""
     spec = isvc.spec
     preset = model or resolve_model_preset(isvc)
-    pools: dict[str, PoolPlan] = {}
+    pools: dict[PoolRole, PoolPlan] = {}
     specs = spec.pools()
     if mode == "aggregated" and spec.mode != "aggregated":
         specs = {"pool": spec.decode or spec.prefill or next(iter(specs.values()))}
