@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from typing import Any
 
@@ -59,10 +60,14 @@ async def test_handoff_end_to_end(start_server: StartServer) -> None:
     ):
         assert key in params, key
     assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
-    assert params["remote_engine_id"] == "engine-p" and params["remote_request_id"] == "req-1"
+    held = params["remote_request_id"]
+    # vLLM's internal id: cmpl-<X-Request-Id>-<choice>-<8 hex>
+    assert params["remote_engine_id"] == "engine-p" and re.fullmatch(
+        r"cmpl-req-1-0-[0-9a-f]{8}", held
+    )
     assert params["remote_host"] == "127.0.0.1" and params["remote_port"] == p.server.port
     assert len(params["remote_block_ids"][0]) == 15  # ceil(225 / 16)
-    assert state_of(p).engine.held_kv("req-1") is not None
+    assert state_of(p).engine.held_kv(held) is not None
     assert state_of(p).engine.kv_usage > 0  # blocks stay reserved until pulled
 
     resp = await d.post("/v1/completions", json=decode_body(params, stream=False))
@@ -71,7 +76,7 @@ async def test_handoff_end_to_end(start_server: StartServer) -> None:
     assert (
         data["usage"]["completion_tokens"] == 6 and data["choices"][0]["finish_reason"] == "length"
     )
-    assert state_of(p).engine.held_kv("req-1") is None and state_of(p).engine.kv_usage == 0.0
+    assert state_of(p).engine.held_kv(held) is None and state_of(p).engine.kv_usage == 0.0
     stats = state_of(d).engine.stats()
     assert (
         stats.prompt_tokens_external_total == 224 and stats.prompt_tokens_local_compute_total == 1
@@ -138,11 +143,12 @@ async def test_lease_expiry_frees_prefill_blocks(start_server: StartServer) -> N
     d = await start_server("decode")
     params = await prefill(p)
     state = state_of(p)
+    held = params["remote_request_id"]
     for _ in range(100):
-        if state.engine.held_kv("req-1") is None:
+        if state.engine.held_kv(held) is None:
             break
         await asyncio.sleep(0.01)
-    assert state.engine.held_kv("req-1") is None and state.engine.kv_usage == 0.0
+    assert state.engine.held_kv(held) is None and state.engine.kv_usage == 0.0
     assert (await d.post("/v1/completions", json=decode_body(params, stream=False))).status == 500
     text = await (await p.get("/metrics")).text()
     assert "vllm:nixl_num_kv_expired_reqs_total" in text and 'model_name="sim-model"} 1.0' in text
@@ -150,13 +156,13 @@ async def test_lease_expiry_frees_prefill_blocks(start_server: StartServer) -> N
 
 async def test_heartbeat_extends_lease(start_server: StartServer) -> None:
     p = await start_server("prefill", engine={"kv_lease_s": 5.0})
-    await prefill(p, "hb")
-    before = state_of(p).engine.held_kv("hb")
+    held = (await prefill(p, "hb"))["remote_request_id"]
+    before = state_of(p).engine.held_kv(held)
     assert before is not None
     await asyncio.sleep(0.02)
-    resp = await p.post("/tandem/kv/heartbeat", json={"request_ids": ["hb", "unknown"]})
+    resp = await p.post("/tandem/kv/heartbeat", json={"request_ids": [held, "unknown"]})
     assert (await resp.json()) == {"extended": 1}
-    after = state_of(p).engine.held_kv("hb")
+    after = state_of(p).engine.held_kv(held)
     assert after is not None and after.expiry_s > before.expiry_s
     assert (await p.post("/tandem/kv/heartbeat", json={"nope": 1})).status == 400
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 
 import pytest
 
@@ -13,11 +14,11 @@ from tandem.engine.server.protocol import parse_body
 from tandem.engine.server.realtime import AsyncioClock
 from tandem.engine.server.responses import ChunkFormatter
 from tandem.engine.server.text import (
+    choice_seed,
     count_text_tokens,
     eos_position,
     output_text,
     render_chat,
-    request_seed,
     text_block_hashes,
     token_block_hashes,
 )
@@ -49,8 +50,14 @@ def test_prefix_hashes_chain_over_full_blocks() -> None:
 
 
 def test_seed_and_eos_are_deterministic() -> None:
-    assert request_seed(5, "p") == 5
-    assert request_seed(None, "p") == request_seed(None, "p") != request_seed(None, "q")
+    fresh = random.Random(1)
+    seeded = choice_seed(5, False, "p", 0, fresh)
+    assert seeded == choice_seed(5, False, "p", 0, fresh) != choice_seed(5, False, "q", 0, fresh)
+    assert choice_seed(5, False, "p", 1, fresh) == choice_seed(6, False, "p", 0, fresh)
+    greedy = choice_seed(None, True, "p", 0, fresh)
+    assert greedy == choice_seed(7, True, "p", 0, fresh) != choice_seed(None, True, "q", 0, fresh)
+    # unseeded sampling draws afresh every time, as vLLM does
+    assert choice_seed(None, False, "p", 0, fresh) != choice_seed(None, False, "p", 0, fresh)
     assert output_text(1, 0, 10) == output_text(1, 0, 4) + output_text(1, 4, 10)
     assert eos_position(1, 0) is None
     lengths = [eos_position(seed, 100) for seed in range(400)]
@@ -76,7 +83,11 @@ def test_parse_completion_and_chat() -> None:
     assert (
         parse_body("chat", {"messages": [{"role": "user", "content": "x"}]}, 16).max_tokens is None
     )
-    for bad in ({"prompt": "x", "n": 2}, {"prompt": 5}, {"prompt": "x", "stream": "yes"}):
+    lax = parse_body(
+        "completion", {"prompt": "x", "n": "2", "stream": "yes", "max_tokens": 3.0}, 16
+    )
+    assert (lax.n, lax.stream, lax.max_tokens) == (2, True, 3)  # pydantic's lax mode, as vLLM
+    for bad in ({"prompt": "x", "n": "two"}, {"prompt": 5}, {"prompt": "x", "stream": "maybe"}):
         with pytest.raises(ApiError) as info:
             parse_body("completion", bad, 16)
         assert info.value.status == 400

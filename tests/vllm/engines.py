@@ -233,14 +233,16 @@ def spawn_engine(
     name: str | None = None,
     max_model_len: int = 2048,
     extra: tuple[str, ...] = (),
+    ports: tuple[int, int] | None = None,
 ) -> VllmEngine:
-    """Start ``vllm serve`` for ``role`` on free ports; returns before it is ready."""
+    """Start ``vllm serve`` for ``role`` on free ports (or the given HTTP and side-channel
+    ``ports``, to restart an engine where its peers know it); returns before it is ready."""
     name = name or role
-    port, side_channel_port = free_port(), free_port()
+    port, side_channel_port = ports or (free_port(), free_port())
     args = build_serve_args(model_dir, role, port, max_model_len=max_model_len, extra=extra)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
-    with log_path.open("wb") as log:
+    with log_path.open("ab") as log:
         log.write(f"$ {install.vllm} {' '.join(args)}\n".encode())
         log.flush()
         process = subprocess.Popen(

@@ -224,11 +224,11 @@ def build_options(args: argparse.Namespace) -> Any:
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    import asyncio
     import logging
 
-    from aiohttp import web
-
     from tandem.engine.server import build_server_config, create_app
+    from tandem.engine.server.app import serve
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -249,14 +249,15 @@ def run_sim(args: argparse.Namespace) -> int:
         f"max_num_seqs={eng.max_num_seqs} on http://{args.host}:{args.port}",
         flush=True,
     )
-    web.run_app(
-        app,
-        host=args.host,
-        port=args.port,
-        handler_cancellation=True,
-        access_log=None,
-        print=None,
-        shutdown_timeout=args.shutdown_timeout,
-        backlog=2048,  # as vLLM's server: a router opens hundreds of connections at once
+    # vLLM's shutdown: on SIGTERM the listener stays open, running requests finish within
+    # --shutdown-timeout and new ones are refused (tandem.engine.server.app.drain).
+    asyncio.run(
+        serve(
+            app,
+            args.host,
+            args.port,
+            shutdown_timeout_s=args.shutdown_timeout,
+            backlog=2048,  # as vLLM's server: a router opens hundreds of connections at once
+        )
     )
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -18,7 +19,7 @@ from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
 from tandem.engine.server.config import SimServerConfig
-from tandem.engine.server.errors import error_body
+from tandem.engine.server.errors import error_body, internal_error
 from tandem.engine.server.generate import handle_chat, handle_completions
 from tandem.engine.server.keys import STATE_KEY, TASKS_KEY
 from tandem.engine.server.kv_transfer import (
@@ -179,3 +180,35 @@ def create_app(
         app.router.add_post(HEARTBEAT_PATH, handle_kv_heartbeat)
     app.cleanup_ctx.append(_lifecycle)
     return app
+
+
+async def drain(state: ServerState, timeout_s: float, poll_s: float = 0.05) -> None:
+    """What vLLM does on SIGTERM with ``--shutdown-timeout``: refuse new requests (the
+    listener stays open and ``/health`` answers 200), let the requests in flight finish
+    for up to ``timeout_s``, then abort the rest (at once with 0, vLLM's default)."""
+    state.draining = True
+    deadline = time.monotonic() + timeout_s
+    # the runner has no event for "nothing in flight"; a 50 ms poll is cheap next to a drain
+    while state.runner.streams and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(poll_s)
+    if state.runner.streams:
+        state.runner.fail_all(internal_error("The engine shut down; the request was aborted"))
+        await asyncio.sleep(poll_s)  # let the handlers write their error
+
+
+async def serve(
+    app: web.Application, host: str, port: int, *, shutdown_timeout_s: float, backlog: int
+) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then :func:`drain` and stop."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, backlog=backlog).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await drain(app[STATE_KEY], shutdown_timeout_s)
+    finally:
+        await runner.cleanup()

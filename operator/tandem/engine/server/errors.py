@@ -1,4 +1,12 @@
-"""vLLM's error responses: ``{"error": {"message", "type", "param", "code"}}``. Pure."""
+"""vLLM's error responses: ``{"error": {"message", "type", "param", "code"}}``. Pure.
+
+vLLM answers a bad request in one of two families, and so does the simulated engine:
+
+- its own checks (``VLLMValidationError``): type ``BadRequestError``, ``param`` the bare
+  field, the message ending `` (parameter=<field>[, value=<value>])``;
+- request-model validation (pydantic): type ``Bad Request``, ``param`` the first error's
+  location (``body.max_tokens``), the message pydantic's printed error list.
+"""
 
 from __future__ import annotations
 
@@ -26,12 +34,54 @@ def error_body(
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
 
 
-def bad_request(message: str, param: str | None = None) -> ApiError:
-    """A malformed or invalid body (vLLM reports pydantic failures with type ``Bad Request``)."""
-    return ApiError(400, message, "Bad Request", param)
+def invalid(message: str, param: str | None = None, value: Any = None) -> ApiError:
+    """A failed check of vLLM's own (``VLLMValidationError``), with its suffix.
+
+    >>> invalid("max_tokens must be at least 1, got 0.", "max_tokens", 0).message
+    'max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)'
+    """
+    extras = []
+    if param is not None:
+        extras.append(f"parameter={param}")
+    if value is not None:
+        extras.append(f"value={value}")
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    return ApiError(400, text, "BadRequestError", param)
+
+
+def _shown_input(value: Any) -> str:
+    """How vLLM prints a rejected input: lists and dicts by size, the rest as text."""
+    if isinstance(value, list):
+        return f"<list of {len(value)} items>"
+    if isinstance(value, dict):
+        return f"<dict of {len(value)} items>"
+    return str(value)
+
+
+def validation_error(
+    kind: str, loc: str, msg: str, value: Any, ctx: dict[str, Any] | None = None
+) -> ApiError:
+    """A request-model (pydantic) failure at ``loc`` (``max_tokens``, ``response_format.type``).
+
+    >>> validation_error("int_parsing", "n", "Input should be a valid integer", "x").param
+    'body.n'
+    """
+    where = f"body.{loc}" if loc else "body"
+    error: dict[str, Any] = {"type": kind, "loc": where, "msg": msg}
+    error["input"] = _shown_input(value)
+    if ctx:
+        error["ctx"] = ctx
+    return ApiError(400, f"1 validation error:\n  {error!r}", "Bad Request", where)
+
+
+def invalid_json(position: int, reason: str) -> ApiError:
+    """A body that is not JSON: vLLM reports pydantic's ``json_invalid`` at the offset."""
+    ctx = {"error": reason}
+    return validation_error("json_invalid", str(position), "JSON decode error", {}, ctx)
 
 
 def prompt_too_long(max_model_len: int, prompt_tokens: int) -> ApiError:
+    """vLLM 0.34's text (the reference sheet); 0.32 says "at least N+1" and adds the suffix."""
     return ApiError(
         400,
         f"This model's maximum context length is {max_model_len} tokens. However, your "

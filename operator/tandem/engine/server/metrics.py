@@ -162,8 +162,14 @@ class EngineMetrics:
             registry=reg,
         )
         self._model_name = model_name
-        self.kv_failed = counter("vllm:nixl_num_failed_transfers", "Failed KV loads").labels(*lv)
-        self.kv_expired = counter("vllm:nixl_num_kv_expired_reqs", "Expired KV leases").labels(*lv)
+        # as vLLM: the NIXL series exist on engines with a KV connector only
+        nixl = reg if role != "aggregated" else CollectorRegistry(auto_describe=True)
+        self.kv_failed = Counter(
+            "vllm:nixl_num_failed_transfers", "Failed KV loads", names, registry=nixl
+        ).labels(*lv)
+        self.kv_expired = Counter(
+            "vllm:nixl_num_kv_expired_reqs", "Expired KV leases", names, registry=nixl
+        ).labels(*lv)
 
         self.ttft = hist("vllm:time_to_first_token_seconds", "TTFT", TTFT_BUCKETS).labels(*lv)
         self.itl = hist("vllm:inter_token_latency_seconds", "ITL", ITL_BUCKETS).labels(*lv)
@@ -192,8 +198,11 @@ class EngineMetrics:
             "vllm:iteration_tokens_total", "Tokens per iteration", ITERATION_TOKEN_BUCKETS
         ).labels(*lv)
 
-    def on_iteration(self, result: IterationResult, preemptions: int) -> None:
-        self.generation_tokens.inc(len(result.emitted))
+    def on_iteration(
+        self, result: IterationResult, preemptions: int, generated: int | None = None
+    ) -> None:
+        """``generated``: tokens delivered (default: every token the iteration emitted)."""
+        self.generation_tokens.inc(len(result.emitted) if generated is None else generated)
         self.iteration_tokens.observe(result.num_prefill_tokens + result.num_decode_tokens)
         if preemptions:
             self.preemptions.inc(preemptions)

@@ -48,14 +48,21 @@ class RequestStream:
         "request_id",
     )
 
-    def __init__(self, request_id: str, arrival_s: float, kv_params: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        arrival_s: float,
+        kv_params: dict[str, Any] | None,
+        event: asyncio.Event | None = None,
+    ) -> None:
         self.request_id = request_id
         self.arrival_s = arrival_s
         self.kv_params = kv_params
         self.emitted = 0
         self.finished: FinishedRequest | None = None
         self.error: ApiError | None = None
-        self.event = asyncio.Event()
+        self.event = event or asyncio.Event()
+        """Set on every change; the choices of one request share theirs."""
         self.last_token_s: float | None = None
         self.last_model_s = 0.0
 
@@ -106,10 +113,15 @@ class EngineRunner:
         self._seq += 1
         return f"{request_id}-{self._seq}"
 
-    def submit(self, req: EngineRequest, kv_params: dict[str, Any] | None) -> RequestStream:
+    def submit(
+        self,
+        req: EngineRequest,
+        kv_params: dict[str, Any] | None,
+        event: asyncio.Event | None = None,
+    ) -> RequestStream:
         now = self.clock.now_s()
         self.engine.add_request(req, now)
-        stream = RequestStream(req.request_id, now, kv_params)
+        stream = RequestStream(req.request_id, now, kv_params, event)
         self.streams[req.request_id] = stream
         self._last_add_s = now
         self._wake.set()
@@ -184,10 +196,12 @@ class EngineRunner:
         lag = now - end_s
         if lag > stats.max_lag_s:
             stats.max_lag_s = lag
+        delivered = 0
         for request_id in result.emitted:
             stream = streams.get(request_id)
             if stream is None:
-                continue
+                continue  # aborted while the iteration ran: vLLM drops its token uncounted
+            delivered += 1
             stream.emitted += 1
             last = stream.last_token_s
             if last is None:
@@ -208,7 +222,7 @@ class EngineRunner:
                 stream.event.set()
         stats.iterations += 1
         stats.tokens += len(result.emitted)
-        metrics.on_iteration(result, len(result.preempted))
+        metrics.on_iteration(result, len(result.preempted), delivered)
 
     def _start_pulls(self, starts: tuple[KVTransferStart, ...]) -> None:
         for start in starts:

@@ -55,6 +55,10 @@ class ServerState:
         self.on_crash = on_crash
         self.started_monotonic = time.monotonic()
         self.dead = False
+        self.draining = False
+        """SIGTERM arrived: running requests finish, new ones are refused."""
+        self.output_rng = random.Random()
+        """Draws the outputs of unseeded sampled requests (fresh each process, as vLLM)."""
         self.requests_seen = 0
         self.next_block_id = 0
         self.session: aiohttp.ClientSession | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,12 +81,25 @@ def token_block_hashes(token_ids: Sequence[int], block_size: int) -> tuple[int, 
     return tuple(out)
 
 
-def request_seed(seed: int | None, prompt_key: str) -> int:
-    """The request's ``seed`` if given, else a stable hash of its prompt."""
-    if seed is not None:
-        return seed & 0xFFFFFFFFFFFFFFFF
-    digest = hashlib.blake2b(prompt_key.encode("utf-8"), digest_size=8).digest()
+def choice_seed(
+    seed: int | None, greedy: bool, prompt_key: str, index: int, fresh: random.Random
+) -> int:
+    """The seed of one choice's output, as vLLM samples: greedy output depends on the
+    prompt alone; a ``seed`` fixes the output of each (prompt, choice) (vLLM gives choice
+    i of ``n`` the seed ``seed + i``); otherwise every request draws afresh."""
+    if greedy:
+        key = prompt_key
+    elif seed is not None:
+        key = f"{seed + index}\x00{prompt_key}"
+    else:
+        return fresh.getrandbits(64)
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def token_prompt_text(token_ids: Sequence[int]) -> str:
+    """The sim's text for a token-id prompt (what ``echo`` prints): one word per id."""
+    return "".join([VOCAB[t % len(VOCAB)] for t in token_ids])
 
 
 def token_text(seed: int, index: int) -> str:

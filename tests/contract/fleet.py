@@ -1,0 +1,214 @@
+"""The engines the contract tests talk to: ``tandem engine sim`` and real ``vllm serve``
+(CPU build), behind one interface. Does I/O: processes and HTTP on 127.0.0.1.
+
+:class:`Fleet` starts an engine the first time a test asks for it by (kind, name) and
+keeps it for the rest of the session: a real engine costs about a minute to start on two
+cores, so the contract modules share theirs; a test that kills one restarts it on the same
+ports (:meth:`Fleet.restart`) or retires it (:meth:`Fleet.retire`). Every real engine runs
+with ``--scheduling-policy priority`` (the router's priority classes need it) and
+``--shutdown-timeout 30`` (the drain test), and at most four run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tests.vllm.engines import (
+    SERVED_NAME,
+    VLLM_VERSION,
+    Role,
+    VllmEngine,
+    VllmInstall,
+    free_port,
+    spawn_engine,
+)
+
+Kind = Literal["sim", "vllm"]
+KINDS: tuple[Kind, ...] = ("sim", "vllm")
+SIM_VERSION = "0.34.0"
+"""The simulated engine follows the vLLM version Tandem pins."""
+MAX_MODEL_LEN = 2048
+SHUTDOWN_TIMEOUT_S = 30
+COMMON_FLAGS = ("--scheduling-policy", "priority", "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S))
+START_TIMEOUT_S = {"sim": 30.0, "vllm": 300.0}
+
+
+@dataclass
+class Engine:
+    """One engine of either kind, as the tests see it."""
+
+    kind: Kind
+    name: str
+    role: Role
+    port: int
+    kv_port: int
+    """``remote_port`` a prefill engine advertises: vLLM's NIXL side channel; the sim's
+    HTTP port (its KV pulls are HTTP)."""
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    real: VllmEngine | None = None
+    started_s: float = field(default_factory=time.monotonic)
+    startup_s: float | None = None
+
+    @property
+    def version(self) -> str:
+        """The vLLM version whose behaviour this engine has."""
+        return VLLM_VERSION if self.kind == "vllm" else SIM_VERSION
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as err:
+            return f"(no log: {err})"
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                return int(resp.status) == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self) -> None:
+        deadline = self.started_s + START_TIMEOUT_S[self.kind]
+        while not self.healthy():
+            if not self.alive:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode} during "
+                                   f"start:\n{self.log_tail()}")  # fmt: skip
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not healthy in time:\n{self.log_tail()}")
+            time.sleep(0.2 if self.kind == "sim" else 0.5)
+        self.startup_s = time.monotonic() - self.started_s
+
+    def signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole engine (a vLLM API server with its engine core and worker)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            import os
+
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.wait_exit(10.0)
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace_s: float = 40.0) -> None:
+        if self.alive:
+            self.signal(signal.SIGTERM)
+            self.wait_exit(grace_s)
+        self.kill()
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def spawn_sim(name: str, role: Role, log_dir: Path, ports: tuple[int, int] | None = None) -> Engine:
+    """``tandem engine sim`` with the real engines' served name, length and flags."""
+    port = ports[0] if ports else free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"sim-{name}.log"
+    command = [sys.executable, "-m", "tandem.cli", "engine", "sim", "--role", role,
+               "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
+               "--max-model-len", str(MAX_MODEL_LEN), *COMMON_FLAGS]  # fmt: skip
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+    return Engine("sim", name, role, port, port, process, log_path)
+
+
+class Fleet:
+    """Engines by (kind, name), started on first use, all stopped by :meth:`close`."""
+
+    def __init__(self, log_dir: Path, install: Callable[[], tuple[VllmInstall, Path]]) -> None:
+        self.log_dir = log_dir
+        self._install = install
+        self.engines: dict[tuple[Kind, str], Engine] = {}
+        self.startups: list[tuple[str, float]] = []
+
+    def get(self, kind: Kind, roles: dict[str, Role]) -> dict[str, Engine]:
+        """The engines named in ``roles`` (``{"prefill": "prefill", ...}``) of ``kind``,
+        started side by side if they are not running yet."""
+        missing = {n: r for n, r in roles.items() if (kind, n) not in self.engines}
+        started = [self._spawn(kind, name, role) for name, role in missing.items()]
+        try:
+            for engine in started:
+                engine.wait_ready()
+        except RuntimeError:
+            for engine in started:
+                engine.stop(5.0)
+                del self.engines[(kind, engine.name)]
+            raise
+        for engine in started:
+            self.startups.append((f"{kind}:{engine.name}", engine.startup_s or 0.0))
+        return {name: self.engines[(kind, name)] for name in roles}
+
+    def _spawn(self, kind: Kind, name: str, role: Role, ports: tuple[int, int] | None = None
+               ) -> Engine:  # fmt: skip
+        if kind == "sim":
+            engine = spawn_sim(name, role, self.log_dir, ports)
+        else:
+            install, model = self._install()
+            real = spawn_engine(install, model, role, self.log_dir, name=f"vllm-{name}",
+                                extra=COMMON_FLAGS, ports=ports)  # fmt: skip
+            engine = Engine("vllm", name, role, real.port, real.side_channel_port,
+                            real.process, real.log_path, real)  # fmt: skip
+        self.engines[(kind, name)] = engine
+        return engine
+
+    async def restart(self, engine: Engine) -> Engine:
+        """Stop ``engine`` if it still runs, start it again on the same ports; ready.
+
+        The process is spawned on the calling (main) thread: a child's parent-death signal
+        follows the thread that forked it, and an executor thread ends with its loop."""
+        engine.stop(5.0)
+        again = self._spawn(engine.kind, engine.name, engine.role, (engine.port, engine.kv_port))
+        await asyncio.to_thread(again.wait_ready)
+        self.startups.append((f"{engine.kind}:{engine.name} (restart)", again.startup_s or 0.0))
+        return again
+
+    def retire(self, engine: Engine) -> None:
+        """Forget ``engine`` (a test ended it); a later :meth:`get` starts a new one."""
+        engine.stop(5.0)
+        self.engines.pop((engine.kind, engine.name), None)
+
+    def close(self) -> None:
+        engines = list(self.engines.values())
+        for engine in engines:
+            engine.signal(signal.SIGTERM)
+        for engine in engines:
+            engine.stop()
+        self.engines.clear()
