@@ -169,7 +169,7 @@ def serve_engine(role: str, port: int, speedup: float) -> None:
     from tandem.engine.server.app import create_app
     from tandem.engine.server.factory import SimOptions, build_server_config
 
-    options = SimOptions(role=role, served_model_names=(MODEL,), server={"speedup": speedup})  # type: ignore[arg-type]
+    options = SimOptions(role=role, served_model_names=(MODEL,), speedup=speedup)  # type: ignore[arg-type]
     app = create_app(build_server_config(options))
     web.run_app(app, host="127.0.0.1", port=port, backlog=2048, handler_cancellation=True,
                 access_log=None, print=None, shutdown_timeout=0)  # fmt: skip

@@ -20,13 +20,12 @@ StartServer = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 def make_config(role: str = "aggregated", **kw: Any) -> SimServerConfig:
     """A fast config: simulated time runs 50x faster than wall time, 4k context."""
-    server = {"speedup": 50.0, **kw.pop("server", {})}
+    kw.setdefault("speedup", 50.0)
     opts = SimOptions(
         role=role,  # type: ignore[arg-type]
         served_model_names=(MODEL_NAME,),
         num_gpu_blocks=kw.pop("num_gpu_blocks", 2048),
         max_model_len=kw.pop("max_model_len", 4096),
-        server=server,
         **kw,
     )
     return build_server_config(opts)

@@ -48,7 +48,7 @@ def running(client: TestClient[Any, Any]) -> bool:
 
 
 async def test_drain_waits_for_the_running_stream(start_server: StartServer) -> None:
-    client = await start_server("decode", server={"speedup": 1.0})
+    client = await start_server("decode", speedup=1.0)
     answer = asyncio.create_task(stream(client, 300))  # ~2 s of decode at 1x
     await eventually(lambda: running(client), what="the stream to run")
     assert client.port is not None
@@ -60,7 +60,7 @@ async def test_drain_waits_for_the_running_stream(start_server: StartServer) -> 
 
 
 async def test_drain_gives_up_at_its_bound(start_server: StartServer) -> None:
-    client = await start_server("decode", server={"speedup": 1.0})
+    client = await start_server("decode", speedup=1.0)
     answer = asyncio.create_task(stream(client, 4000))  # far longer than the bound
     try:
         await eventually(lambda: running(client), what="the stream to run")

@@ -129,7 +129,7 @@ async def test_seed_makes_output_deterministic(start_server: StartServer) -> Non
 
 
 async def test_eos_model_and_ignore_eos(start_server: StartServer) -> None:
-    client = await start_server(server={"eos_mean_tokens": 3})
+    client = await start_server(eos_mean_tokens=3)
     reasons = set()
     for seed in range(8):
         body = {"prompt": "x", "max_tokens": 200, "seed": seed}
@@ -213,7 +213,7 @@ async def test_models_version_load(start_server: StartServer) -> None:
 
 
 async def test_health_is_503_until_startup_delay(start_server: StartServer) -> None:
-    client = await start_server(server={"startup_delay_s": 0.3})
+    client = await start_server(startup_delay_s=0.3)
     assert (await client.get("/health")).status == 503
     early = await client.post("/v1/completions", json={"prompt": "x"})
     assert (
@@ -233,7 +233,7 @@ async def _wait_for(cond: Any, timeout_s: float = 3.0) -> None:
 
 
 async def test_client_disconnect_aborts_and_frees_kv(start_server: StartServer) -> None:
-    client = await start_server(server={"speedup": 1.0})
+    client = await start_server(speedup=1.0)
     state = state_of(client)
     body = {"prompt": "x" * 400, "max_tokens": 2000, "stream": True}
     resp = await client.post("/v1/completions", json=body)
@@ -251,9 +251,7 @@ async def test_client_disconnect_aborts_and_frees_kv(start_server: StartServer) 
 
 
 async def test_priority_is_honoured(start_server: StartServer) -> None:
-    client = await start_server(
-        max_num_seqs=1, engine={"scheduling_policy": "priority"}, server={"speedup": 5.0}
-    )
+    client = await start_server(max_num_seqs=1, scheduling_policy="priority", speedup=5.0)
     state = state_of(client)
     first = asyncio.ensure_future(
         client.post("/v1/completions", json={"prompt": "x", "max_tokens": 40})
@@ -276,7 +274,7 @@ async def test_priority_is_honoured(start_server: StartServer) -> None:
 
 
 async def test_queue_limit_answers_503(start_server: StartServer) -> None:
-    client = await start_server(max_num_seqs=1, server={"speedup": 1.0, "max_num_queued_reqs": 1})
+    client = await start_server(max_num_seqs=1, speedup=1.0, max_num_queued_reqs=1)
     state = state_of(client)
     body = {"prompt": "x", "max_tokens": 2000, "stream": True}
     running = await client.post("/v1/completions", json=body)

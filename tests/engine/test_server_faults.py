@@ -37,7 +37,7 @@ async def test_hang_never_answers_and_is_aborted_on_disconnect(start_server: Sta
 
 async def test_crash_after_n_requests(start_server: StartServer) -> None:
     crashed: list[bool] = []
-    client = await start_server(faults=FaultConfig(crash_after=1), server={"speedup": 1.0})
+    client = await start_server(faults=FaultConfig(crash_after=1), speedup=1.0)
     state = state_of(client)
     state.on_crash = lambda: crashed.append(True)
     inflight = await client.post(

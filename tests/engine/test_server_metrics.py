@@ -97,7 +97,7 @@ async def test_openmetrics_on_request(start_server: StartServer) -> None:
 
 
 async def test_gauges_follow_the_engine(start_server: StartServer) -> None:
-    client = await start_server(server={"speedup": 1.0})
+    client = await start_server(speedup=1.0)
     resp = await client.post(
         "/v1/completions", json={"prompt": "x" * 64, "max_tokens": 500, "stream": True}
     )

@@ -123,7 +123,7 @@ async def test_wrong_engine_or_already_pulled_fails(start_server: StartServer) -
 
 
 async def test_recompute_policy_prefills_locally(start_server: StartServer) -> None:
-    d = await start_server("decode", engine={"kv_load_failure_policy": "recompute"})
+    d = await start_server("decode", kv_load_failure_policy="recompute")
     params = {
         "do_remote_prefill": True,
         "remote_host": "127.0.0.1",
@@ -139,7 +139,7 @@ async def test_recompute_policy_prefills_locally(start_server: StartServer) -> N
 
 
 async def test_lease_expiry_frees_prefill_blocks(start_server: StartServer) -> None:
-    p = await start_server("prefill", engine={"kv_lease_s": 0.5}, server={"speedup": 10.0})
+    p = await start_server("prefill", kv_lease_s=0.5, speedup=10.0)
     d = await start_server("decode")
     params = await prefill(p)
     state = state_of(p)
@@ -155,7 +155,7 @@ async def test_lease_expiry_frees_prefill_blocks(start_server: StartServer) -> N
 
 
 async def test_heartbeat_extends_lease(start_server: StartServer) -> None:
-    p = await start_server("prefill", engine={"kv_lease_s": 5.0})
+    p = await start_server("prefill", kv_lease_s=5.0)
     held = (await prefill(p, "hb"))["remote_request_id"]
     before = state_of(p).engine.held_kv(held)
     assert before is not None
@@ -169,8 +169,8 @@ async def test_heartbeat_extends_lease(start_server: StartServer) -> None:
 
 async def test_decode_counts_transfers_as_waiting(start_server: StartServer) -> None:
     # a slow link (10 MB/s): 225 tokens x 128 KiB take 2.9 s simulated, 29 ms at 100x speed
-    p = await start_server("prefill", engine={"kv_lease_s": 3000.0}, server={"speedup": 100.0})
-    d = await start_server("decode", engine={"kv_link_bytes_per_s": 1e7}, server={"speedup": 100.0})
+    p = await start_server("prefill", kv_lease_s=3000.0, speedup=100.0)
+    d = await start_server("decode", kv_link_bytes_per_s=1e7, speedup=100.0)
     params = await prefill(p)
     task = asyncio.ensure_future(d.post("/v1/completions", json=decode_body(params, stream=False)))
     state = state_of(d)

@@ -85,7 +85,7 @@ async def start_engine(
             max_model_len=8192,
             max_num_seqs=max_num_seqs,
             calibration=DECODE_CALIBRATION if role == "decode" else None,
-            server={"speedup": speedup},
+            speedup=speedup,
         )
     )
     app = create_app(config)

@@ -80,8 +80,8 @@ def sim_options(role: str, *, faults: FaultConfig | None = None, **server: Any) 
         role=role,  # type: ignore[arg-type]
         served_model_names=(MODEL,),
         max_model_len=4096,
-        server=server,
         faults=faults or FaultConfig(),
+        **server,
     )
 
 

@@ -147,6 +147,7 @@ def build_options(args: argparse.Namespace) -> Any:
         model_spec_from_mapping,
     )
     from tandem.engine.model.calibration import Calibration
+    from tandem.engine.model.config import KVLoadFailurePolicy
     from tandem.engine.server.config import FaultConfig
     from tandem.engine.server.factory import SimOptions
 
@@ -172,29 +173,14 @@ def build_options(args: argparse.Namespace) -> Any:
         )
     kv_config = args.kv_transfer_config or {}
     extra = kv_config.get("kv_connector_extra_config") or {}
-    policy = args.kv_load_failure_policy or kv_config.get("kv_load_failure_policy") or "fail"
+    raw = args.kv_load_failure_policy or kv_config.get("kv_load_failure_policy") or "fail"
+    policy: KVLoadFailurePolicy = "recompute" if raw == "recompute" else "fail"
+    if raw not in ("fail", "recompute"):
+        raise ValueError(
+            f"kv_load_failure_policy is {raw!r}; valid: 'fail' (end the request) or "
+            "'recompute' (prefill it locally)"
+        )
     lease_s = args.kv_lease_s or float(extra.get("kv_lease_duration", 30.0))
-    engine = {
-        "block_size": args.block_size,
-        "scheduling_policy": args.scheduling_policy,
-        "batching": args.batching,
-        "prioritize": args.prioritize,
-        "enable_chunked_prefill": args.enable_chunked_prefill,
-        "enable_prefix_caching": args.enable_prefix_caching,
-        "kv_lease_s": lease_s,
-        "kv_link_bytes_per_s": args.kv_bandwidth_gbps * 1e9,
-        "kv_load_failure_policy": policy,
-    }
-    server = {
-        "startup_delay_s": args.startup_delay,
-        "speedup": args.speedup,
-        "eos_mean_tokens": args.eos_mean_tokens,
-        "max_num_queued_reqs": args.max_num_queued_reqs,
-        "max_num_queued_tokens": args.max_num_queued_tokens,
-        "kv_host": args.kv_host,
-        "kv_port": args.kv_port,
-        "kv_pull_timeout_s": args.kv_pull_timeout_s,
-    }
     faults = FaultConfig(
         error_rate=args.fault_error_rate,
         error_status=args.fault_error_status,
@@ -216,8 +202,23 @@ def build_options(args: argparse.Namespace) -> Any:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
-        engine=engine,
-        server=server,
+        block_size=args.block_size,
+        scheduling_policy=args.scheduling_policy,
+        batching=args.batching,
+        prioritize=args.prioritize,
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
+        kv_lease_s=lease_s,
+        kv_link_bytes_per_s=args.kv_bandwidth_gbps * 1e9,
+        kv_load_failure_policy=policy,
+        startup_delay_s=args.startup_delay,
+        speedup=args.speedup,
+        eos_mean_tokens=args.eos_mean_tokens,
+        max_num_queued_reqs=args.max_num_queued_reqs,
+        max_num_queued_tokens=args.max_num_queued_tokens,
+        kv_host=args.kv_host,
+        kv_port=args.kv_port,
+        kv_pull_timeout_s=args.kv_pull_timeout_s,
         faults=faults,
         engine_id=args.engine_id,
     )
