@@ -129,6 +129,9 @@ class Operator:
             self.setup(runtime)
         self.runtime = runtime
         await runtime.start()
+        runtime.watch_services(
+            list(cfg.namespaces), watch_timeout_s=cfg.kopf.watch_server_timeout_s
+        )
         kopf_stop = asyncio.Event()
         holding = asyncio.create_task(elector.hold(stop) if elector else stop.wait(), name="lease")
         stopping = asyncio.create_task(stop.wait(), name="stop")
