@@ -46,6 +46,7 @@ from tandem.kube import (
 )
 from tandem.kube.semantic import applied_record
 from tandem.manifests import Owner, autoscaled, build_children, build_initial_replicas
+from tandem.manifests.meta import child_name
 
 logger = logging.getLogger("tandem.control")
 Result = Literal["success", "invalid", "skipped"]
@@ -55,6 +56,14 @@ ChildCache = ObjectCache[ChildKey, ServiceKey]
 
 class ReconcileError(Exception):
     """Some children could not be written; the work queue retries with backoff."""
+
+
+class RouterBlocked(Exception):
+    """The router's ServiceAccount, Role or RoleBinding belongs to someone else."""
+
+
+#: Kinds that make up the router's identity (who its pods act as).
+IDENTITY_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding"})
 
 
 def now_rfc3339() -> str:
@@ -127,21 +136,43 @@ class Reconciler:
         initial = build_initial_replicas(isvc) if autoscaled(isvc) else {}
         live = {child_key(obj): obj for obj in self.children.in_group(key)}
         check = make_owner_check(isvc.name, meta["uid"])
-        results = await asyncio.gather(
-            *(
-                self._apply(body, child, live.get(child_key(child)), initial, check, log)
-                for child in desired
-            ),
-            return_exceptions=True,
-        )
-        failures = [r for r in results if isinstance(r, BaseException)]
+
+        async def apply_all(batch: list[dict[str, Any]]) -> list[BaseException]:
+            results = await asyncio.gather(
+                *(
+                    self._apply(body, child, live.get(child_key(child)), initial, check, log)
+                    for child in batch
+                ),
+                return_exceptions=True,
+            )
+            return [r for r in results if isinstance(r, BaseException)]
+
+        # The router's identity first: a router Deployment is only written once its
+        # ServiceAccount (and Role, RoleBinding) are Tandem's own.
+        identity = [c for c in desired if c["kind"] in IDENTITY_KINDS]
+        failures = await apply_all(identity)
+        rest = [c for c in desired if c["kind"] not in IDENTITY_KINDS]
+        foreign = [f for f in failures if isinstance(f, NotOurs)]
+        if foreign:
+            router = child_name(isvc, "router")
+            rest = [c for c in rest if (c["kind"], c["metadata"]["name"]) != ("Deployment", router)]
+            names = ", ".join(
+                f"{f.object.get('kind')} {f.object['metadata']['name']}" for f in foreign
+            )
+            message = (
+                f"not writing Deployment {router}: {names} is not Tandem's, and the router "
+                "would run with it; delete or rename it"
+            )
+            self.events.record(body, "Warning", "RouterBlocked", message)
+            failures.append(RouterBlocked(message))
+        failures += await apply_all(rest)
         for stale in compute_stale(desired, live.values(), meta["uid"]):
             try:
                 await self._delete(body, stale, log)
             except KubeError as err:
                 failures.append(err)
         for failure in failures:
-            if not isinstance(failure, KubeError | NotOurs):
+            if not isinstance(failure, KubeError | NotOurs | RouterBlocked):
                 raise failure
         lasting = [f for f in failures if not (isinstance(f, KubeError) and f.transient)]
         if failures and not lasting:
