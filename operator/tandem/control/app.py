@@ -122,6 +122,7 @@ class Operator:
             event_dedupe_s=cfg.event_dedupe_s,
             retry_base_s=cfg.retry_base_s,
             retry_max_s=cfg.retry_max_s,
+            restrictions=cfg.restrictions,
         )
         if cfg.autoscaler:
             setup_autoscaler(runtime)

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tandem.control.restrictions import Restrictions
 from tandem.controller.config import KopfTuning, LeaseConfig
 
 
@@ -37,6 +38,9 @@ class OperatorConfig:
     kopf: KopfTuning = field(default_factory=KopfTuning)
     stop_timeout_s: float = 20.0
     """How long Kopf may take to stop before it is cancelled."""
+    restrictions: Restrictions = field(default_factory=lambda: Restrictions(prometheus_urls=()))
+    """What InferenceServices may ask for (images, Secrets, Prometheus URLs). Default:
+    any image and Secret, no Prometheus URL (the ``pods`` source needs none)."""
     autoscaler: bool = True
     """Run the autoscaler (:mod:`tandem.control.autoscale`) on every InferenceService;
     off, the pools keep whatever size they have (``replicas.initial`` when created)."""

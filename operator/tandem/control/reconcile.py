@@ -33,6 +33,7 @@ from tandem.control.readiness import (
     compute_status,
     compute_status_patch,
 )
+from tandem.control.restrictions import Restrictions, check_restrictions
 from tandem.controller.cache import ObjectCache
 from tandem.controller.events import EventRecorder
 from tandem.controller.logs import object_logger
@@ -92,8 +93,10 @@ class Reconciler:
         events: EventRecorder,
         metrics: OperatorMetrics,
         *,
+        restrictions: Restrictions | None = None,
         now: Callable[[], str] = now_rfc3339,
     ) -> None:
+        self.restrictions = restrictions or Restrictions()
         self.client = client
         self.services = services
         self.children = children
@@ -130,6 +133,13 @@ class Reconciler:
             log.warning("invalid spec: %s", message.replace("\n", "; "))
             self.events.record(body, "Warning", "InvalidSpec", message)
             await self._write_status(body, compute_invalid_status(message))
+            return "invalid"
+        refused = check_restrictions(isvc, self.restrictions)
+        if refused:
+            message = "\n".join(str(p) for p in refused)
+            log.warning("refused by the operator's policy: %s", message.replace("\n", "; "))
+            self.events.record(body, "Warning", "PolicyViolation", message)
+            await self._write_status(body, compute_invalid_status(message, "PolicyViolation"))
             return "invalid"
         owner = Owner(API_VERSION, KIND, isvc.name, meta["uid"])
         desired = build_children(isvc, owner)

@@ -22,6 +22,7 @@ from typing import Any
 from tandem.control.children import CHILD_SELECTOR, ServiceKey, child_key, owner_key
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.reconcile import ChildCache, Reconciler, ServiceCache
+from tandem.control.restrictions import Restrictions
 from tandem.controller.cache import ObjectCache
 from tandem.controller.events import EventRecorder
 from tandem.controller.ticker import Tickers
@@ -51,7 +52,9 @@ class Runtime:
         event_dedupe_s: float = 300.0,
         retry_base_s: float = 0.5,
         retry_max_s: float = 300.0,
+        restrictions: Restrictions | None = None,
     ) -> None:
+        self.restrictions = restrictions or Restrictions()
         self.client = client
         self.metrics = metrics
         self.identity = identity
@@ -59,7 +62,14 @@ class Runtime:
         self.services: ServiceCache = ObjectCache(service_key, service_key)
         self.children: ChildCache = ObjectCache(child_key, owner_key)
         self.events = EventRecorder(client, metrics, instance=identity, dedupe_s=event_dedupe_s)
-        self.reconciler = Reconciler(client, self.services, self.children, self.events, metrics)
+        self.reconciler = Reconciler(
+            client,
+            self.services,
+            self.children,
+            self.events,
+            metrics,
+            restrictions=self.restrictions,
+        )
         self.queue: WorkQueue[ServiceKey] = WorkQueue(
             self._process, workers=workers, base_delay_s=retry_base_s, max_delay_s=retry_max_s
         )
