@@ -20,7 +20,7 @@ PREFILL = "/apis/apps/v1/namespaces/default/deployments/chat-prefill"
 
 async def _ready(k: Emulator, api: Api, op: RunningOperator, **spec: object) -> None:
     await create(api, make_manifest("chat", **spec))
-    await eventually(lambda: len(children(k)) == 13 and isvc(k, "chat").get("status"))
+    await eventually(lambda: len(children(k)) == 14 and isvc(k, "chat").get("status"))
     await settle(op, k)
 
 

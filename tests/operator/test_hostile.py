@@ -70,7 +70,7 @@ async def test_a_service_nested_1500_levels_deep_is_reported_and_its_neighbour_s
             assert "levels deep" in ready["message"]
             await create(api, make_manifest("good"))
             await eventually(
-                lambda: len(children(k, service="good")) == 13,
+                lambda: len(children(k, service="good")) == 14,
                 timeout_s=30,
                 what="the neighbour's children",
             )

@@ -47,7 +47,7 @@ async def test_an_image_from_elsewhere_and_any_secret_are_refused_and_nothing_is
     ready = await _refused(k, "evil")
     assert "spec.engine.image" in ready["message"] and "vllm/vllm-openai:" in ready["message"]
     assert "spec.model.secretRef.name" in ready["message"] and "tandem-model-*" in ready["message"]
-    await eventually(lambda: len(children(k, service="fine")) == 13, what="the neighbour")
+    await eventually(lambda: len(children(k, service="fine")) == 14, what="the neighbour")
     await settle(op, k)
     assert children(k, service="evil") == {}
     events = [e for e in k.list("v1/events") if e["reason"] == "PolicyViolation"]
@@ -59,7 +59,7 @@ async def test_a_running_service_changed_to_a_refused_image_keeps_what_it_runs(
 ) -> None:
     op = await operators(restrictions=POLICY)
     await create(api, make_manifest("chat"))
-    await eventually(lambda: len(children(k, service="chat")) == 13)
+    await eventually(lambda: len(children(k, service="chat")) == 14)
     before = children(k, service="chat")[("Deployment", "chat-decode")]
     await patch_spec(api, "chat", {"engine": {"image": "attacker.example/x:1"}})
     await _refused(k, "chat")

@@ -13,12 +13,14 @@ from typing import Any
 from tandem.control.config import OperatorConfig
 from tandem.control.restrictions import Restrictions
 from tandem.controller.config import KopfTuning, LeaseConfig
+from tandem.manifests.network import NetworkPeers
 
 #: Every default below is the configuration's own (one source of defaults).
 DEFAULTS = OperatorConfig(lease=LeaseConfig("-"))
 LEASE = DEFAULTS.lease
 KOPF = KopfTuning()
 RESTRICTIONS = DEFAULTS.restrictions
+PEERS = DEFAULTS.peers
 
 
 def register(sub: Any) -> None:
@@ -133,6 +135,22 @@ def register(sub: Any) -> None:
         action="store_true",
         help="let every spec name any URL the operator then queries (trusted tenants only)",
     )
+    network = p.add_argument_group("who may reach the engine pods (their NetworkPolicy)")
+    network.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("POD_NAMESPACE", PEERS.operator_namespace),
+        metavar="NS",
+        help="the operator's own namespace (default: $POD_NAMESPACE, else %(default)s)",
+    )
+    network.add_argument(
+        "--prometheus-namespace",
+        action="append",
+        dest="prometheus_namespaces",
+        default=None,
+        metavar="NS",
+        help="a namespace whose Prometheus pods scrape engines with a PodMonitor (repeat; "
+        f"default {', '.join(PEERS.prometheus_namespaces)})",
+    )
     p.add_argument(
         "--resync-interval",
         type=float,
@@ -220,6 +238,14 @@ def run(args: argparse.Namespace) -> int:
             secrets=args.model_secrets,
             secret_prefix=args.model_secret_prefix,
             prometheus_urls=None if args.any_prometheus_url else tuple(args.prometheus_urls),
+        ),
+        peers=NetworkPeers(
+            operator_namespace=args.operator_namespace,
+            prometheus_namespaces=tuple(
+                PEERS.prometheus_namespaces
+                if args.prometheus_namespaces is None
+                else args.prometheus_namespaces
+            ),
         ),
         kopf=KopfTuning(
             watch_server_timeout_s=args.watch_timeout,

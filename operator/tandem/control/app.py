@@ -123,6 +123,7 @@ class Operator:
             retry_base_s=cfg.retry_base_s,
             retry_max_s=cfg.retry_max_s,
             restrictions=cfg.restrictions,
+            peers=cfg.peers,
         )
         if cfg.autoscaler:
             setup_autoscaler(runtime)

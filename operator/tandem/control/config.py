@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from tandem.control.restrictions import Restrictions
 from tandem.controller.config import KopfTuning, LeaseConfig
+from tandem.manifests.network import NetworkPeers
 
 
 def default_identity() -> str:
@@ -41,6 +42,9 @@ class OperatorConfig:
     restrictions: Restrictions = field(default_factory=lambda: Restrictions(prometheus_urls=()))
     """What InferenceServices may ask for (images, Secrets, Prometheus URLs). Default:
     any image and Secret, no Prometheus URL (the ``pods`` source needs none)."""
+    peers: NetworkPeers = field(default_factory=NetworkPeers)
+    """The operator's own namespace and Prometheus's: the engines' NetworkPolicy admits
+    their pods (by namespace and label) to the engines' HTTP port."""
     autoscaler: bool = True
     """Run the autoscaler (:mod:`tandem.control.autoscale`) on every InferenceService;
     off, the pools keep whatever size they have (``replicas.initial`` when created)."""

@@ -48,6 +48,7 @@ from tandem.kube import (
 from tandem.kube.semantic import applied_record
 from tandem.manifests import Owner, autoscaled, build_children, build_initial_replicas
 from tandem.manifests.meta import child_name
+from tandem.manifests.network import NetworkPeers
 
 logger = logging.getLogger("tandem.control")
 Result = Literal["success", "invalid", "skipped"]
@@ -94,9 +95,11 @@ class Reconciler:
         metrics: OperatorMetrics,
         *,
         restrictions: Restrictions | None = None,
+        peers: NetworkPeers | None = None,
         now: Callable[[], str] = now_rfc3339,
     ) -> None:
         self.restrictions = restrictions or Restrictions()
+        self.peers = peers or NetworkPeers()
         self.client = client
         self.services = services
         self.children = children
@@ -142,7 +145,7 @@ class Reconciler:
             await self._write_status(body, compute_invalid_status(message, "PolicyViolation"))
             return "invalid"
         owner = Owner(API_VERSION, KIND, isvc.name, meta["uid"])
-        desired = build_children(isvc, owner)
+        desired = build_children(isvc, owner, self.peers)
         initial = build_initial_replicas(isvc) if autoscaled(isvc) else {}
         live = {child_key(obj): obj for obj in self.children.in_group(key)}
         check = make_owner_check(isvc.name, meta["uid"])

@@ -29,6 +29,7 @@ from tandem.controller.ticker import Tickers
 from tandem.controller.workqueue import WorkQueue
 from tandem.kube import CHILD_TYPES, INFERENCE_SERVICE, KubeClient, KubeError, fetch_objects
 from tandem.kube.watch import ListWatch, Query, backoff_s
+from tandem.manifests.network import NetworkPeers
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Runtime:
         retry_base_s: float = 0.5,
         retry_max_s: float = 300.0,
         restrictions: Restrictions | None = None,
+        peers: NetworkPeers | None = None,
     ) -> None:
         self.restrictions = restrictions or Restrictions()
         self.client = client
@@ -69,6 +71,7 @@ class Runtime:
             self.events,
             metrics,
             restrictions=self.restrictions,
+            peers=peers,
         )
         self.queue: WorkQueue[ServiceKey] = WorkQueue(
             self._process, workers=workers, base_delay_s=retry_base_s, max_delay_s=retry_max_s
