@@ -3,11 +3,12 @@ a manifest that shares no code with ``tandem validate`` but the generated schema
 
 What the API server does before and while validating a custom resource, reproduced:
 the manifest must be JSON (kubectl sends JSON; a YAML ``.inf`` or date never arrives as
-such); nulls of modelled fields are pruned; unknown fields are errors (kubectl's strict
-field validation); ``x-kubernetes-int-or-string`` means an integer or a string; and a
-pattern's ``$`` matches only at the end, as in Go's RE2 (Python's ``re`` also matches
-before a final newline). CEL rules are not evaluated here: the real API server judges
-those (``e2e/test_policy.py``).
+such); nulls of modelled fields are pruned; a whole number (``8.0``) is an integer;
+unknown fields are errors (kubectl's strict field validation);
+``x-kubernetes-int-or-string`` means an integer or a string; and a pattern's ``$``
+matches only at the end, as in Go's RE2 (Python's ``re`` also matches before a final
+newline). CEL rules are not evaluated here: the real API server judges those
+(``e2e/test_policy.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,18 @@ def _adapt(node: Any) -> Any:
     return out
 
 
-_Validator = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern": _go_pattern})
+def _is_integer(checker: Any, instance: Any) -> bool:
+    # The API server reads 8.0 as the integer 8 (JSON Schema draft 6 and later agree).
+    if isinstance(instance, bool):
+        return False
+    return isinstance(instance, int) or (isinstance(instance, float) and instance.is_integer())
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft4Validator,
+    {"pattern": _go_pattern},
+    type_checker=jsonschema.Draft4Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
 
 
 @cache

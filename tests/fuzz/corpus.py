@@ -155,6 +155,8 @@ def adversarial() -> list[tuple[str, dict[str, Any]]]:
         ("interval number", with_path(base, "spec.autoscaling.interval", 15)),
         ("integer string", with_path(base, "spec.decode.maxNumSeqs", "8")),
         ("integer float", with_path(base, "spec.decode.maxNumSeqs", 8.0)),
+        ("integer fraction", with_path(base, "spec.decode.maxNumSeqs", 8.5)),
+        ("quantity whole float", with_path(base, "spec.decode.cpu", 4.0)),
         ("bool string", with_path(base, "spec.engine.prefixCaching", "true")),
         ("quantity float", with_path(base, "spec.decode.cpu", 0.5)),
         ("quantity bool", with_path(base, "spec.decode.cpu", True)),

@@ -123,9 +123,10 @@ def load_inference_service(obj: Any) -> InferenceService:
 
 
 def prune_nulls(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` without the ``null`` values the API server drops before validating: those
-    of modelled fields (a null with a default gets the default; so it does here). Nulls
-    inside free-form values are kept, as the server keeps them."""
+    """``obj`` as the API server validates it: without the ``null`` values it drops (those
+    of modelled fields; a null with a default gets the default, so it does here), and
+    with whole numbers such as ``8.0`` read as the integers the server takes them for.
+    Free-form values are kept as they are, as the server keeps them."""
     return dict(_prune(obj, _schema()))
 
 
@@ -134,22 +135,39 @@ def _schema() -> dict[str, Any]:
     return build_openapi_schema()
 
 
-def _prune(value: Any, schema: dict[str, Any] | None) -> Any:
+def _prune(
+    value: Any, schema: dict[str, Any] | None, read_by_cel: frozenset[str] = frozenset()
+) -> Any:
     if schema is None or schema.get("x-kubernetes-preserve-unknown-fields"):
         return value
     if isinstance(value, dict):
         props = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
+        names = read_by_cel | _cel_names(schema)
         out = {}
         for key, child in value.items():
             sub = props.get(key, extra if isinstance(extra, dict) else None)
             if child is None and sub is not None:
                 continue
-            out[key] = _prune(child, sub)
+            if isinstance(child, float) and key in names:
+                out[key] = child  # a CEL rule reads it: the server refuses a float here
+            else:
+                out[key] = _prune(child, sub, names)
         return out
     if isinstance(value, list):
-        return [_prune(item, schema.get("items")) for item in value]
+        return [_prune(item, schema.get("items"), read_by_cel) for item in value]
+    integer = schema.get("type") == "integer" or schema.get("x-kubernetes-int-or-string")
+    if integer and isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
+
+
+def _cel_names(schema: dict[str, Any]) -> frozenset[str]:
+    """Field names the CEL rules of ``schema`` read (``c.priority``, ``self.min``). The
+    API server takes ``8.0`` for an integer, except where a rule reads it (its CEL
+    evaluation fails on a float): there validate keeps it a float, and refuses it."""
+    rules = " ".join(r.get("rule", "") for r in schema.get("x-kubernetes-validations") or [])
+    return frozenset(re.findall(r"\.([A-Za-z_][A-Za-z0-9_]*)", rules))
 
 
 def _problem(error: Any) -> Problem:
@@ -167,6 +185,10 @@ def _problem(error: Any) -> Problem:
     if kind == "missing":
         return Problem(path, "required field is missing", "schema")
     ctx = error.get("ctx") or {}
+    if kind == "int_type" and isinstance(given, float) and given.is_integer():
+        # The schema takes 8.0 for an integer; the CRD's CEL rules that read this field
+        # do not (prune_nulls leaves such floats alone): a rule's problem, not the schema's.
+        return Problem(path, f"write {int(given)}, not {given}: a rule reads this integer")
     if kind == "value_error":  # our own validators already quote what was given
         limit = isinstance(ctx.get("error"), LimitError)
         message = str(error["msg"]).removeprefix("Value error, ")
