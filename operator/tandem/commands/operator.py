@@ -152,6 +152,13 @@ def register(sub: Any) -> None:
         f"default {', '.join(PEERS.prometheus_namespaces)})",
     )
     p.add_argument(
+        "--event-spool",
+        default=DEFAULTS.event_spool,
+        metavar="PATH",
+        help="file for the Events still undelivered when the operator stops (e.g. during "
+        "an API outage); the next process posts them (the chart uses an emptyDir)",
+    )
+    p.add_argument(
         "--resync-interval",
         type=float,
         default=DEFAULTS.resync_interval_s,
@@ -233,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_interval_s=args.resync_interval,
         autoscaler=args.autoscaler,
+        event_spool=args.event_spool,
         restrictions=Restrictions(
             image_prefixes=tuple(args.image_prefixes),
             secrets=args.model_secrets,

@@ -34,6 +34,13 @@ class OperatorConfig:
     """Services reconciled concurrently."""
     resync_interval_s: float = 600.0
     event_dedupe_s: float = 300.0
+    event_spool: str | None = None
+    """File the Events still undelivered at stop are written to and the next process
+    posts (an emptyDir path: it survives a container restart); None logs them instead."""
+    event_flush_s: float = 5.0
+    """How long a stopping operator keeps trying to post its Events."""
+    outage_report_s: float = 10.0
+    """An API outage at least this long is reported on every service once it ends."""
     retry_base_s: float = 0.5
     retry_max_s: float = 300.0
     kopf: KopfTuning = field(default_factory=KopfTuning)

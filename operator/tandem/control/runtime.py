@@ -17,12 +17,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from tandem.control.children import CHILD_SELECTOR, ServiceKey, child_key, owner_key
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.reconcile import ChildCache, Reconciler, ServiceCache
 from tandem.control.restrictions import Restrictions
+from tandem.controller.availability import ApiAvailability, Outage
 from tandem.controller.cache import ObjectCache
 from tandem.controller.events import EventRecorder
 from tandem.controller.ticker import Tickers
@@ -55,7 +57,12 @@ class Runtime:
         retry_max_s: float = 300.0,
         restrictions: Restrictions | None = None,
         peers: NetworkPeers | None = None,
+        availability: ApiAvailability | None = None,
+        event_spool: str | None = None,
+        event_flush_s: float = 5.0,
     ) -> None:
+        self.availability = availability or ApiAvailability()
+        self.event_flush_s = event_flush_s
         self.restrictions = restrictions or Restrictions()
         self.client = client
         self.metrics = metrics
@@ -63,7 +70,9 @@ class Runtime:
         self.resync_interval_s = resync_interval_s
         self.services: ServiceCache = ObjectCache(service_key, service_key)
         self.children: ChildCache = ObjectCache(child_key, owner_key)
-        self.events = EventRecorder(client, metrics, instance=identity, dedupe_s=event_dedupe_s)
+        self.events = EventRecorder(
+            client, metrics, instance=identity, dedupe_s=event_dedupe_s, spool_path=event_spool
+        )
         self.reconciler = Reconciler(
             client,
             self.services,
@@ -108,10 +117,22 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._resync
         await self.queue.stop()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(2.0):
-                await self.events.drain()
-        await self.events.stop()
+        await self.events.flush(self.event_flush_s)
+        await self.events.stop(outage_start=self.availability.down_since)
+
+    def report_outage(self, outage: Outage) -> None:
+        """Say on every service that the API server was away (once it answers again):
+        for that long nothing was reconciled, scaled or reported."""
+        self.metrics.api_outages.inc()
+        message = (
+            f"{outage.describe()}: reconciles, autoscaling and Events waited meanwhile "
+            "and resume now"
+        )
+        logger.warning("%s", message)
+        for key in list(self.services):
+            body = self.services.get(key)
+            if body is not None:
+                self.events.record(body, "Warning", "APIUnavailable", message, dedupe=False)
 
     # ------------------------------------------------------------ fed by Kopf handlers
 
@@ -186,6 +207,11 @@ class Runtime:
                 self._on_watched_service("DELETED", body)  # deleted while not watching
         for item in items:
             self._on_watched_service("ADDED", item)
+        # A previous process stopped while the API did not answer: say so now, on every
+        # service (they are known from this list).
+        start, self.events.spooled_outage_start = self.events.spooled_outage_start, None
+        if start is not None:
+            self.report_outage(Outage(start, datetime.now(UTC)))
 
     def _on_watched_service(self, kind: str, obj: dict[str, Any]) -> None:
         try:
