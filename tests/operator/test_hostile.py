@@ -82,3 +82,32 @@ async def test_a_service_nested_1500_levels_deep_is_reported_and_its_neighbour_s
             if proc.returncode is None:
                 proc.terminate()
                 await asyncio.wait_for(proc.communicate(), 30)
+
+
+async def test_a_service_the_reconciler_fails_on_is_reported_and_its_neighbour_served(
+    k: Emulator, api: Api, operators: Any
+) -> None:
+    """Whatever goes wrong inside one reconcile (a bug the spec triggers) is an Event on
+    that resource and a retry with backoff, never the operator's end."""
+
+    def break_one(runtime: Any) -> None:
+        real = runtime.reconciler._reconcile
+
+        async def reconcile(key: tuple[str, str]) -> Any:
+            if key[1] == "boom":
+                raise RuntimeError("a builder bug this spec triggers")
+            return await real(key)
+
+        runtime.reconciler._reconcile = reconcile
+
+    op = await operators(setup=break_one)
+    await create(api, make_manifest("boom"))
+    await create(api, make_manifest("good"))
+    failed = await eventually(
+        lambda: [e for e in k.list("v1/events") if e["reason"] == "ReconcileFailed"],
+        what="the ReconcileFailed Event",
+    )
+    assert failed[0]["involvedObject"]["name"] == "boom"
+    assert "RuntimeError: a builder bug this spec triggers" in failed[0]["message"]
+    await eventually(lambda: len(children(k, service="good")) == 14, what="the neighbour")
+    assert op.leading() and op.thread.is_alive()

@@ -115,8 +115,23 @@ class Reconciler:
         started = time.perf_counter()
         try:
             result = await self._reconcile(key)
-        except Exception:
+        except (KubeError, ReconcileError):
             self.metrics.reconciles.labels("error").inc()
+            raise
+        except Exception as err:
+            # A resource the operator cannot handle is reported on itself, and retried
+            # with backoff: it never stops the operator or its neighbours.
+            self.metrics.reconciles.labels("error").inc()
+            body = self.services.get(key)
+            if body is not None:
+                self.events.record(
+                    body,
+                    "Warning",
+                    "ReconcileFailed",
+                    f"the operator could not handle this resource ({type(err).__name__}: "
+                    f"{str(err)[:300]}); it retries with backoff",
+                )
+            logger.exception("reconciling %s/%s failed", *key)
             raise
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
