@@ -49,9 +49,9 @@ def _cli(path: Path, *argv: str) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def _through_the_cli(tmp: Path, text: str) -> None:
+def _through_the_cli(tmp: Path, text: str | bytes) -> None:
     path = tmp / "fuzz.yaml"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     started = time.perf_counter()
     vcode, verr = _cli(path, "validate")
     rcode, rerr = _cli(path, "render")
@@ -71,7 +71,7 @@ def _as_yaml(manifest: Any) -> str:
 
 
 @st.composite
-def _hostile_documents(draw: st.DrawFn) -> str:
+def _hostile_documents(draw: st.DrawFn) -> str | bytes:
     """A mutated manifest as YAML, sometimes with a non-JSON value, a deep or aliased
     part, or its text damaged."""
     manifest = draw(mutated_manifests())
@@ -86,9 +86,13 @@ def _hostile_documents(draw: st.DrawFn) -> str:
     elif twist == "alias":
         text = "x: &a [" + ",".join(["1"] * 50) + "]\n" + "y: &b [" + ",".join(["*a"] * 50) + "]\n"
         text += "z: [" + ",".join(["*b"] * 100) + "]\n---\n" + _as_yaml(manifest)
-    elif twist == "bytes":
-        return text.encode().decode("latin-1") + draw(
-            st.sampled_from(["\x00", "\ufeff", "\udcff"[:0]])
+    elif twist == "bytes":  # not UTF-8: a byte that cannot start or continue a character
+        data = text.encode()
+        cut = draw(st.integers(0, len(data)))
+        return (
+            data[:cut]
+            + draw(st.sampled_from([b"\xff", b"\xc3(", b"\xe9", b"\x00\xfe"]))
+            + data[cut:]
         )
     elif twist == "cut":
         text = text[: draw(st.integers(0, len(text)))]
@@ -102,7 +106,7 @@ def _hostile_documents(draw: st.DrawFn) -> str:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(text=_hostile_documents())
-def test_validate_and_render_never_crash_or_hang(tmp_path_factory: Any, text: str) -> None:
+def test_validate_and_render_never_crash_or_hang(tmp_path_factory: Any, text: str | bytes) -> None:
     if _stats["n"] == 0:
         _stats["t0"] = time.perf_counter()
     _stats["n"] += 1
