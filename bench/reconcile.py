@@ -38,7 +38,7 @@ from tests.factories import make_manifest
 from tests.support import Emulator, Entry, emulator_url, kubeconfig_for, serve_emulator
 
 ISVCS = "/apis/serving.tandem.dev/v1alpha1/namespaces/{ns}/inferenceservices"
-CHILDREN_PER_SERVICE = 13
+CHILDREN_PER_SERVICE = 14
 AGENT = "tandem-operator/bench"
 RESYNC_S = 20.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 from pathlib import Path
@@ -59,9 +60,9 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     (
         "negative duration",
-        with_path(BASE, "spec.engine.shutdownTimeout", -5),
+        with_path(BASE, "spec.engine.shutdownTimeout", "-5s"),
         "spec.engine.shutdownTimeout",
-        ">= 0",
+        "invalid duration",
     ),
     (
         "owned flag",
@@ -105,7 +106,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "bad uri scheme",
         with_path(BASE, "spec.model.uri", "http://example/model"),
         "spec.model.uri",
-        "pattern",
+        "hf://org/name[@revision], pvc://claim/path or s3://bucket/path",
     ),
     (
         "missing model",
@@ -191,7 +192,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.autoscaling.prefillDecodeRatio",
         "min (4.0) must be <= max (1.0)",
     ),
-    ("bad name", with_path(BASE, "metadata.name", "Chat_Service"), "metadata.name", "pattern"),
+    (
+        "bad name",
+        with_path(BASE, "metadata.name", "Chat_Service"),
+        "metadata.name",
+        "lowercase DNS-1035 label",
+    ),
     ("wrong kind", {**BASE, "kind": "Deployment"}, "kind", "InferenceService"),
     (
         "max step zero",
@@ -203,13 +209,126 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "class name invalid",
         with_path(BASE, "spec.qos.priorityClasses", [{"name": "VIP Users"}]),
         "spec.qos.priorityClasses[0].name",
-        "pattern",
+        "lowercase DNS label",
     ),
     (
         "toleration effect",
         with_path(BASE, "spec.decode.tolerations", [{"effect": "Sometimes"}]),
         "spec.decode.tolerations[0].effect",
         "NoSchedule",
+    ),
+    # Specs that passed but could not work (each names the field and what would be valid).
+    (
+        "gpu resource overriding memory",
+        with_path(BASE, "spec.decode.gpu.resourceName", "memory"),
+        "spec.decode.gpu.resourceName",
+        "'nvidia.com/gpu'",
+    ),
+    (
+        "gpu resource overriding cpu",
+        with_path(BASE, "spec.prefill.gpu.resourceName", "cpu"),
+        "spec.prefill.gpu.resourceName",
+        "domain-qualified extended resource",
+    ),
+    (
+        "gpu resource in kubernetes.io",
+        with_path(BASE, "spec.prefill.gpu.resourceName", "kubernetes.io/gpu"),
+        "spec.prefill.gpu.resourceName",
+        "kubernetes.io domain",
+    ),
+    (
+        "name starting with a digit",
+        with_path(BASE, "metadata.name", "1chat"),
+        "metadata.name",
+        "a letter first",
+    ),
+    (
+        "idle stream beyond int64 seconds",
+        with_path(BASE, "spec.router.timeouts", {"idleStream": "9999999999999999h"}),
+        "spec.router.timeouts.idleStream",
+        "at most 1h",
+    ),
+    ("memory zero", with_path(BASE, "spec.decode.memory", "0"), "spec.decode.memory", "zero"),
+    (
+        "memory zero as integer",
+        with_path(BASE, "spec.decode.memory", 0),
+        "spec.decode.memory",
+        "zero",
+    ),
+    (
+        "pvc path escaping its claim",
+        with_path(BASE, "spec.model.uri", "pvc://claim/../../etc"),
+        "spec.model.uri",
+        "without '.' or '..' path segments",
+    ),
+    (
+        "spec too large for last-applied",
+        with_path(BASE, "spec.engine.extraArgs", ["--enforce-eager=" + "x" * 1000] * 40),
+        "spec",
+        "256 KiB",
+    ),
+    (
+        "duration as a bare number",
+        with_path(BASE, "spec.autoscaling.interval", 15),
+        "spec.autoscaling.interval",
+        "'15s'",
+    ),
+    (
+        "integer as a string",
+        with_path(BASE, "spec.decode.maxNumSeqs", "8"),
+        "spec.decode.maxNumSeqs",
+        "valid integer",
+    ),
+    (
+        "quantity as a fraction",
+        with_path(BASE, "spec.decode.cpu", 0.5),
+        "spec.decode.cpu",
+        "a string or an integer",
+    ),
+    (
+        "duration with unicode digits",
+        with_path(BASE, "spec.autoscaling.interval", "\u0665s"),
+        "spec.autoscaling.interval",
+        "invalid duration",
+    ),
+    (
+        "free-form nested too deep",
+        with_path(
+            BASE, "spec.engine.kvTransfer.extraConfig", {"a": [[[[[[[[[[[[[[[[{}]]]]]]]]]]]]]]]]}
+        ),
+        "spec.engine.kvTransfer.extraConfig",
+        "at most 16",
+    ),
+    (
+        "free-form too many keys",
+        with_path(BASE, "spec.decode.affinity", {f"k{i}": i for i in range(65)}),
+        "spec.decode.affinity",
+        "at most 64",
+    ),
+    (
+        "free-form infinity",
+        with_path(BASE, "spec.engine.kvTransfer.extraConfig", {"rate": float("inf")}),
+        "spec.engine.kvTransfer.extraConfig.rate",
+        "not a JSON number",
+    ),
+    (
+        "free-form date",
+        with_path(BASE, "spec.engine.kvTransfer.extraConfig", {"day": datetime.date(2024, 1, 2)}),
+        "spec.engine.kvTransfer.extraConfig.day",
+        "write it as a string",
+    ),
+    # An unknown key is named itself, with the fields valid beside it.
+    (
+        "dashed unknown key",
+        with_path(BASE, "spec.decode.max-num-seqs", 8),
+        "spec.decode.max-num-seqs",
+        "did you mean maxNumSeqs?); valid fields here: affinity, cpu, gpu",
+    ),
+    (
+        "unknown key with a dot",
+        with_path(BASE, "spec.decode.gpu", {"count": 1, "nvidia.com/gpu": 1}),
+        "spec.decode.gpu['nvidia.com/gpu']",
+        "valid fields here: count, resourceName, type",
     ),
 ]
 

@@ -27,6 +27,7 @@ K8S_VERSIONS = ("1.30.0", "1.37.0")
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
+    "cluster": {"scope": "cluster"},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
     "monitoring-off": {
         "metrics": {"serviceMonitor": {"enabled": False}},

@@ -128,7 +128,7 @@ def test_lease_access_is_limited_to_its_name_and_namespace(rendered: Rendered) -
 
 
 def test_cluster_mode_binds_a_cluster_role(renders: dict[str, Rendered]) -> None:
-    default = renders["default"]
+    default = renders["cluster"]
     binding = default.one("ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -199,3 +199,49 @@ def test_operator_holds_what_it_grants_the_router(renders: dict[str, Rendered]) 
     for role in router_roles:
         missing = grants(role["rules"]) - held
         assert not missing, f"the operator cannot create {role['metadata']['name']}: {missing}"
+
+
+def test_the_default_install_acts_in_the_release_namespace_only(
+    renders: dict[str, Rendered],
+) -> None:
+    """Item 6 of the security review: no cluster-wide role unless scope: cluster."""
+    default = renders["default"]
+    assert not default.of_kind("ClusterRole") and not default.of_kind("ClusterRoleBinding")
+    assert {r["metadata"]["namespace"] for r in operator_roles(default)} == {NAMESPACE}
+    assert "--all-namespaces" not in default.container["command"]
+
+
+def test_pod_writes_of_the_operator_are_pinned_to_the_deletion_cost(
+    renders: dict[str, Rendered],
+) -> None:
+    """RBAC grants pods/patch whole; the shipped admission policy narrows it."""
+    for name in ("default", "cluster", "namespaced"):
+        rendered = renders[name]
+        (policy,) = [
+            p
+            for p in rendered.of_kind("ValidatingAdmissionPolicy")
+            if p["metadata"]["name"].endswith("-operator-pod-writes")
+        ]
+        sa = rendered.one("ServiceAccount")["metadata"]["name"]
+        (condition,) = policy["spec"]["matchConditions"]
+        assert f"system:serviceaccount:{NAMESPACE}:{sa}" in condition["expression"]
+        rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+        assert "object.spec == oldObject.spec" in rules
+        assert "controller.kubernetes.io/pod-deletion-cost" in rules
+
+
+def test_the_admission_policy_and_the_operator_read_the_same_policy_values(
+    renders: dict[str, Rendered],
+) -> None:
+    rendered = renders["default"]
+    command = rendered.container["command"]
+    prefixes = [a.split("=", 1)[1] for a in command if a.startswith("--allowed-image-prefix=")]
+    (policy,) = [
+        p
+        for p in rendered.of_kind("ValidatingAdmissionPolicy")
+        if p["metadata"]["name"].endswith("-inferenceservices")
+    ]
+    images = policy["spec"]["validations"][0]["expression"]
+    assert prefixes and all(f"'{p}'" in images for p in prefixes)
+    assert "--model-secrets=prefixed" in command
+    assert not [a for a in command if a.startswith("--allowed-prometheus-url")]

@@ -192,13 +192,21 @@ def test_monitoring_objects_have_the_prometheus_operator_structure(rendered: Ren
             jsonschema.validate(doc, MONITORING_SCHEMAS[doc["kind"]])
 
 
+CLUSTER_KINDS = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
 def test_every_object_is_namespaced_to_the_release_or_a_watched_namespace(
     rendered: Rendered,
 ) -> None:
     allowed = {NAMESPACE, *rendered.values.get("watchNamespaces", [])}
     allowed |= {rendered.values.get("dashboard", {}).get("namespace") or NAMESPACE}
     for doc in rendered.docs:
-        if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+        if doc["kind"] in CLUSTER_KINDS:
             assert "namespace" not in doc["metadata"]
         else:
             assert doc["metadata"].get("namespace") in allowed, _names(doc)
@@ -218,10 +226,14 @@ def test_expected_objects_per_value_set(renders: dict[str, Rendered]) -> None:
     assert kinds("default") == sorted(
         [
             "ServiceAccount",
-            "ClusterRole",
-            "ClusterRoleBinding",
+            "Role",  # the operator's, in the release namespace it serves by default
+            "RoleBinding",
             "Role",
             "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Deployment",
             "Service",
             "NetworkPolicy",
@@ -230,9 +242,8 @@ def test_expected_objects_per_value_set(renders: dict[str, Rendered]) -> None:
             "ConfigMap",
         ]
     )
-    assert kinds("monitoring-off") == sorted(
-        set(kinds("default")) - {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
-    )
+    monitoring = {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert kinds("monitoring-off") == [k for k in kinds("default") if k not in monitoring]
     # Namespaced: a Role and RoleBinding per watched namespace plus the Lease's, no
     # cluster-wide object at all.
     namespaced = renders["namespaced"]
@@ -259,6 +270,7 @@ def test_switching_every_optional_object_off(chart: Chart) -> None:
             "metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": False}},
             "prometheusRule": {"enabled": False},
             "dashboard": {"enabled": False},
+            "admissionPolicy": {"enabled": False},
         },
     )
     assert [d["kind"] for d in off.docs] == ["Deployment"]
@@ -361,7 +373,11 @@ def test_log_settings_reach_the_operator(chart: Chart) -> None:
 
 
 def test_watch_scope_follows_watch_namespaces(renders: dict[str, Rendered]) -> None:
-    assert "--all-namespaces" in renders["default"].container["command"]
+    """By default only the release namespace; every namespace only when asked."""
+    assert "--all-namespaces" in renders["cluster"].container["command"]
+    default = renders["default"].container["command"]
+    assert "--all-namespaces" not in default
+    assert [a for a in default if a.startswith("--namespace=")] == [f"--namespace={NAMESPACE}"]
     command = renders["namespaced"].container["command"]
     assert "--all-namespaces" not in command
     assert [a for a in command if a.startswith("--namespace=")] == [

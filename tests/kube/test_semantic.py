@@ -232,3 +232,66 @@ def test_applying_the_patch_converges(
         assert _covers(value, patched["spec"][key])
     for key in set(before) - set(after):
         assert key not in patched["spec"]
+
+
+def _deployment(pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"template": {"metadata": {"labels": {"a": "b"}}, "spec": pod}},
+    }
+
+
+def test_the_pod_template_is_owned_whole_but_server_defaults_are_not_drift() -> None:
+    desired = _deployment(
+        {
+            "serviceAccountName": "r",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "i",
+                    "ports": [{"containerPort": 80}],
+                    "readinessProbe": {"httpGet": {"path": "/", "port": 80}},
+                    "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+                }
+            ],
+        }
+    )
+    live = with_last_applied(desired)
+    pod = live["spec"]["template"]["spec"]
+    pod.update(
+        dnsPolicy="ClusterFirst",
+        restartPolicy="Always",
+        schedulerName="default-scheduler",
+        terminationGracePeriodSeconds=30,
+        securityContext={},
+        serviceAccount="r",
+    )
+    c = pod["containers"][0]
+    c.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File")
+    c.update(imagePullPolicy="IfNotPresent", resources={})
+    c["ports"][0]["protocol"] = "TCP"
+    c["readinessProbe"].update(timeoutSeconds=1, periodSeconds=10, successThreshold=1)
+    c["readinessProbe"].update(failureThreshold=3)
+    c["readinessProbe"]["httpGet"]["scheme"] = "HTTP"
+    c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"] = "v1"
+    assert compute_apply_patch(desired, live) is None
+
+    pod.update(hostPID=True, initContainers=[{"name": "x", "image": "busybox"}])
+    pod["securityContext"] = {"runAsUser": 0}
+    c["securityContext"] = {"privileged": True}
+    patch = compute_apply_patch(desired, live)
+    assert patch is not None
+    spec = patch["spec"]["template"]["spec"]
+    assert spec["hostPID"] is None and spec["initContainers"] is None
+    assert spec["securityContext"] is None  # not set by Tandem: removed whole
+    assert "securityContext" not in spec["containers"][0]
+    assert "metadata" not in patch["spec"]["template"]
+
+
+def test_template_annotations_added_by_others_are_kept() -> None:
+    desired = _deployment({"containers": [{"name": "c", "image": "i"}]})
+    live = with_last_applied(desired)
+    live["spec"]["template"]["metadata"]["annotations"] = {"kubectl.kubernetes.io/restartedAt": "t"}
+    assert compute_apply_patch(desired, live) is None

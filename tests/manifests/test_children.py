@@ -70,6 +70,7 @@ def test_disaggregated_children() -> None:
             "Service/chat",
             "PodDisruptionBudget/chat-router",
             "NetworkPolicy/chat-engines",
+            "NetworkPolicy/chat-router",
         ]
     )
 
@@ -192,6 +193,33 @@ def test_network_policy_admits_router_peers_and_operator_only() -> None:
     assert {"app.kubernetes.io/name": "tandem-operator"} in sources
     peer = next(r for r in policy["ingress"] if "matchExpressions" in r["from"][0]["podSelector"])
     assert "ports" not in peer  # KV side channel and transfer ports between the pools
+
+
+def test_peers_outside_the_namespace_are_chosen_by_namespace_and_label_together() -> None:
+    """A pod label alone is anyone's to set: a pod in another tenant's namespace labelled
+    tandem-operator must not reach the engines (and drive a decode engine's KV pulls)."""
+    from tandem.api.validate import load_inference_service
+    from tandem.manifests import NetworkPeers, build_children
+
+    isvc = load_inference_service(make_manifest(monitoring={"podMonitor": True}))
+    peers = NetworkPeers("tandem-system", ("monitoring", "obs"))
+    children = build_children(isvc, _owner(isvc), peers)
+    policy = _by(children, "NetworkPolicy", "chat-engines")["spec"]
+    for rule in policy["ingress"]:
+        for source in rule["from"]:
+            if "namespaceSelector" in source:
+                assert source["namespaceSelector"] != {}, rule
+                assert "podSelector" in source, rule
+    namespaces = [
+        s["namespaceSelector"]["matchExpressions"][0]["values"]
+        for r in policy["ingress"]
+        for s in r["from"]
+        if "namespaceSelector" in s
+    ]
+    assert namespaces == [["tandem-system"], ["monitoring", "obs"]]
+    router = _by(children, "NetworkPolicy", "chat-router")["spec"]
+    assert router["podSelector"]["matchLabels"]["serving.tandem.dev/role"] == "router"
+    assert router["ingress"] == [{"ports": [{"port": 8000, "protocol": "TCP"}]}]
 
 
 def test_router_rbac_is_read_only() -> None:

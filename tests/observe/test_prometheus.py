@@ -215,3 +215,42 @@ async def test_unreachable_prometheus_is_reported_not_raised() -> None:
         obs = await source.observe({"decode": PoolTargets(2, 2, {"d0": "", "d1": ""})})
     assert not obs.pools["decode"].available
     assert len(obs.errors) == 1 and "ClientConnectorError" in obs.errors[0]
+
+
+SECRET = "instance-role-credentials-AKIA1234"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        web.Response(text=f"<html>{SECRET}</html>", content_type="text/html"),
+        web.json_response({"status": "error", "errorType": SECRET, "error": SECRET}),
+        web.json_response(
+            {
+                "status": "success",
+                "data": {"resultType": "vector", "result": [{"metric": {}, "value": [0, SECRET]}]},
+            }
+        ),
+        web.json_response([SECRET]),
+    ],
+    ids=["html", "error-json", "bad-value", "not-an-object"],
+)
+async def test_a_query_is_a_get_and_no_answer_text_reaches_the_errors(
+    aiohttp_server: ServerFactory, answer: web.Response
+) -> None:
+    """What a URL that is not Prometheus answers (a metadata service, an internal API)
+    never reaches status or Events, and the operator only ever reads from it."""
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.method)
+        return answer
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/query", handler)
+    server = await aiohttp_server(app)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(Exception) as err:
+            await fetch_query(session, f"http://{address(server)}", "up", 2.0)
+    assert seen == ["GET"]
+    assert SECRET not in str(err.value), err.value

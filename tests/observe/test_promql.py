@@ -104,7 +104,7 @@ def test_parse_query_response() -> None:
     assert math.isnan(parsed[1][1]) and parsed[2][1] == math.inf
     scalar = {"status": "success", "data": {"resultType": "scalar", "result": [0, "2"]}}
     assert parse_query_response(scalar) == [({}, 2.0)]
-    with pytest.raises(PrometheusQueryError, match="bad_data: parse error"):
+    with pytest.raises(PrometheusQueryError, match=r"query failed: bad_data$"):
         parse_query_response({"status": "error", "errorType": "bad_data", "error": "parse error"})
     with pytest.raises(PrometheusQueryError, match="malformed"):
         parse_query_response({"status": "success", "data": {}})

@@ -31,6 +31,7 @@ def disaggregated_children(name: str) -> set[tuple[str, str]]:
         ("PodDisruptionBudget", f"{name}-decode"),
         ("PodDisruptionBudget", router),
         ("NetworkPolicy", f"{name}-engines"),
+        ("NetworkPolicy", router),
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tandem.control.restrictions import Restrictions
 from tandem.local.processes import free_port
 from tests.factories import make_manifest
 from tests.observe.prometheus_server import running_prometheus
@@ -348,7 +349,9 @@ async def test_invalid_service_does_not_stop_a_valid_one_and_deletion_drops_seri
 async def test_prometheus_source_holds_while_unreachable_then_drives_the_pools(
     k: Emulator, api: Api, operators: Callable[..., Any], tmp_path: Path
 ) -> None:
-    await start(operators)
+    await operators(
+        autoscaler=True, restrictions=Restrictions(prometheus_urls=("http://127.0.0.1",))
+    )
     manifest = autoscaled(window="0s", decode={"replicas": {"min": 1, "max": 3, "initial": 2}})
     manifest["spec"]["autoscaling"]["metrics"] = {
         "source": "prometheus",

@@ -83,7 +83,7 @@ async def test_the_command_reconciles_logs_json_and_stops_on_sigterm(k: Emulator
                 lambda: k.open_watches("deployments"), timeout_s=20, what="the operator to watch"
             )
             await create(api, make_manifest("chat", autoscaling={"interval": "1s"}))
-            await eventually(lambda: len(children(k)) == 13, timeout_s=20)
+            await eventually(lambda: len(children(k)) == 14, timeout_s=20)
             # The command runs the autoscaler: no engine pod is ready yet (the emulator
             # runs no controllers), so it holds and says why, without calling it missing.
             held = await eventually(

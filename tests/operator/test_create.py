@@ -130,7 +130,7 @@ async def test_create_posts_an_event_for_every_child(
     k: Emulator, api: Api, op: RunningOperator
 ) -> None:
     owner = await create(api, make_manifest("chat"))
-    await eventually(lambda: len(children(k)) == 13)
+    await eventually(lambda: len(children(k)) == 14)
     await settle(op, k)
     events = [
         e
@@ -174,7 +174,7 @@ async def test_monitors_are_created_when_asked_for(
     await create(
         api, make_manifest("chat", monitoring={"serviceMonitor": True, "podMonitor": True})
     )
-    found = await eventually(lambda: len(children(k)) == 15 and children(k))
+    found = await eventually(lambda: len(children(k)) == 16 and children(k))
     assert ("PodMonitor", "chat-engines") in found
     assert ("ServiceMonitor", "chat-router") in found
 
@@ -183,5 +183,5 @@ async def test_services_in_other_namespaces_are_served(
     k: Emulator, api: Api, op: RunningOperator
 ) -> None:
     await create(api, make_manifest("chat", namespace="team-a"))
-    await eventually(lambda: len(children(k, "team-a")) == 13)
+    await eventually(lambda: len(children(k, "team-a")) == 14)
     assert children(k, "default") == {}

@@ -20,7 +20,7 @@ PREFILL = "/apis/apps/v1/namespaces/default/deployments/chat-prefill"
 
 async def _ready(k: Emulator, api: Api, op: RunningOperator, **spec: object) -> None:
     await create(api, make_manifest("chat", **spec))
-    await eventually(lambda: len(children(k)) == 13 and isvc(k, "chat").get("status"))
+    await eventually(lambda: len(children(k)) == 14 and isvc(k, "chat").get("status"))
     await settle(op, k)
 
 
@@ -127,3 +127,66 @@ async def test_switching_to_autoscaling_keeps_the_current_replicas(
     deployment_writes = k.writes(mark, agent=op.user_agent, plural="deployments")
     assert deployment_writes, "the last-applied record changes"
     assert all("replicas" not in (e.body.get("spec") or {}) for e in deployment_writes)
+
+
+async def test_powers_added_by_hand_to_an_engine_pod_template_are_removed(
+    k: Emulator, api: Api, op: RunningOperator
+) -> None:
+    """The pod template is owned whole: fields Tandem never set do not stay."""
+    await _ready(k, api, op)
+    live = k.fetch(DEPLOY, "default", "chat-prefill")
+    assert live is not None
+    containers = live["spec"]["template"]["spec"]["containers"]
+    hacked = [
+        {
+            **containers[0],
+            "securityContext": {
+                **containers[0]["securityContext"],
+                "privileged": True,
+                "capabilities": {"add": ["SYS_ADMIN"]},
+                "runAsUser": 0,
+            },
+        }
+    ]
+    status, _ = await api.patch(
+        PREFILL,
+        {
+            "metadata": {"annotations": {"team": "infra"}},
+            "spec": {
+                "template": {
+                    "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "now"}},
+                    "spec": {
+                        "hostPID": True,
+                        "hostNetwork": True,
+                        "securityContext": {"runAsUser": 0},
+                        "initContainers": [{"name": "x", "image": "busybox"}],
+                        "containers": hacked,
+                    },
+                }
+            },
+        },
+    )
+    assert status == 200
+
+    def clean() -> bool:
+        obj = k.fetch(DEPLOY, "default", "chat-prefill")
+        assert obj is not None
+        pod = obj["spec"]["template"]["spec"]
+        context = pod["containers"][0]["securityContext"]
+        return not (
+            {"hostPID", "hostNetwork", "initContainers"} & set(pod)
+            or "runAsUser" in pod["securityContext"]
+            or {"privileged", "runAsUser"} & set(context)
+            or "add" in context.get("capabilities", {})
+        )
+
+    await eventually(clean, what="the hand-added fields gone")
+    obj = k.fetch(DEPLOY, "default", "chat-prefill")
+    assert obj is not None
+    assert obj["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+    assert obj["metadata"]["annotations"]["team"] == "infra"
+    await settle(op, k)
+    mark = k.mark()
+    resync(op)
+    await settle(op, k)
+    assert child_writes(k, op, mark) == [], "a cleaned template is not written again"

@@ -52,7 +52,7 @@ async def test_metrics_count_reconciles_writes_and_services(
     k: Emulator, api: Api, op: RunningOperator
 ) -> None:
     await create(api, make_manifest("chat"))
-    await eventually(lambda: len(children(k)) == 13 and isvc(k, "chat").get("status"))
+    await eventually(lambda: len(children(k)) == 14 and isvc(k, "chat").get("status"))
     await settle(op, k)
     assert op.operator is not None and op.operator.metrics_port
     status, text = await _get(f"http://127.0.0.1:{op.operator.metrics_port}/metrics")
@@ -64,7 +64,7 @@ async def test_metrics_count_reconciles_writes_and_services(
         _sample(text, "tandem_operator_child_writes_total", kind="Deployment", verb="create") == 3
     )
     assert _sample(text, "tandem_operator_status_writes_total") == 1
-    assert _sample(text, "tandem_operator_events_total", type="Normal", reason="Created") == 13
+    assert _sample(text, "tandem_operator_events_total", type="Normal", reason="Created") == 14
     assert ":" not in "".join(
         line.split(" ")[0] for line in text.splitlines() if line.startswith("tandem_")
     )
@@ -73,7 +73,7 @@ async def test_metrics_count_reconciles_writes_and_services(
 async def test_metrics_count_api_errors(k: Emulator, api: Api, op: RunningOperator) -> None:
     k.faults.add(FaultRule(status=503, plurals={"deployments"}, limit=2))
     await create(api, make_manifest("chat"))
-    await eventually(lambda: len(children(k)) == 13)
+    await eventually(lambda: len(children(k)) == 14)
     assert op.operator is not None
     text = op.operator.metrics.exposition().decode()
     assert (
@@ -128,7 +128,7 @@ async def test_tickers_run_per_service_and_stop_when_it_is_deleted(
     await create(api, make_manifest("alpha"))
     await create(api, make_manifest("beta"))
     await eventually(lambda: {"alpha", "beta"} <= {name for name, _ in ticks})
-    await eventually(lambda: ("alpha", 13) in ticks, what="a tick seeing every child")
+    await eventually(lambda: ("alpha", 14) in ticks, what="a tick seeing every child")
     status, _ = await api.delete(f"{ISVCS.format(ns='default')}/alpha")
     assert status == 200
     await eventually(

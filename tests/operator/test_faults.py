@@ -167,3 +167,29 @@ async def test_without_prometheus_operator_crds_only_monitors_fail() -> None:
                 assert disaggregated_children("watched") <= set(children(bare))
         finally:
             await op.stop()
+
+
+async def test_a_foreign_router_service_account_blocks_the_router_until_it_is_gone(
+    k: Emulator, api: Api, op: RunningOperator
+) -> None:
+    """The router never runs as an account Tandem does not own (whose token another
+    tenant's RBAC may have granted much more)."""
+    sa_path = "/api/v1/namespaces/default/serviceaccounts"
+    status, _ = await api.create(sa_path, {"metadata": {"name": "chat-router"}})
+    assert status == 201
+    await create(api, make_manifest("chat"))
+    ready = await eventually(
+        lambda: (c := condition(isvc(k, "chat"), "Ready")) and c["reason"] == "ReconcileError" and c
+    )
+    assert "ServiceAccount chat-router" in ready["message"], ready
+    await eventually(lambda: ("Deployment", "chat-decode") in children(k))
+    await settle(op, k)
+    assert ("Deployment", "chat-router") not in children(k)
+    blocked = [e for e in k.list("v1/events") if e["reason"] == "RouterBlocked"]
+    assert blocked and "not Tandem's" in blocked[0]["message"], blocked
+    k.delete_object("v1/serviceaccounts", "default", "chat-router")
+    await eventually(
+        lambda: ("Deployment", "chat-router") in children(k),
+        timeout_s=20,
+        what="the router once the foreign account is gone",
+    )

@@ -69,7 +69,7 @@ async def test_a_restarted_operator_writes_nothing_for_a_settled_service(
 ) -> None:
     first: RunningOperator = await operators("a")
     await create(api, make_manifest("chat"))
-    await eventually(lambda: len(children(k)) == 13 and isvc(k, "chat").get("status"))
+    await eventually(lambda: len(children(k)) == 14 and isvc(k, "chat").get("status"))
     await settle(first, k)
     await first.stop()
     second: RunningOperator = await operators("b")

@@ -33,7 +33,7 @@ def _deployment(name: str) -> str:
 
 async def _ready(k: Emulator, api: Api, op: RunningOperator, **spec: object) -> None:
     await create(api, make_manifest("chat", **spec))
-    await eventually(lambda: len(children(k)) == 13 and isvc(k, "chat").get("status"))
+    await eventually(lambda: len(children(k)) == 14 and isvc(k, "chat").get("status"))
     await settle(op, k)
 
 

@@ -66,13 +66,33 @@ helm.sh/chart: {{ include "tandem.chart" . }}
 
 {{/* Whether the operator serves every namespace (ClusterRole) or a list (Roles). */}}
 {{- define "tandem.clusterWide" -}}
-{{- if not .Values.watchNamespaces -}}true{{- end -}}
+{{- if eq .Values.scope "cluster" -}}true{{- end -}}
+{{- end -}}
+
+{{/* The namespaces served with scope namespace, as a JSON list. */}}
+{{- define "tandem.servedNamespaces" -}}
+{{- if .Values.watchNamespaces -}}
+{{- toJson .Values.watchNamespaces -}}
+{{- else -}}
+{{- list .Release.Namespace | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A list of strings as a CEL list literal (the schema keeps quotes out of them). */}}
+{{- define "tandem.celList" -}}
+[{{- range $i, $s := . }}{{ if $i }}, {{ end }}'{{ $s }}'{{ end -}}]
 {{- end -}}
 
 {{/* Refuse value combinations that would deploy a broken operator. */}}
 {{- define "tandem.validate" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail "replicaCount > 1 needs leaderElection.enabled=true: without it every replica would reconcile and scale the same InferenceServices" -}}
+{{- end -}}
+{{- if and (eq .Values.scope "cluster") .Values.watchNamespaces -}}
+{{- fail "watchNamespaces is for scope namespace; with scope cluster the operator serves every namespace" -}}
+{{- end -}}
+{{- if and .Values.policy.anyPrometheusURL .Values.policy.prometheusURLs -}}
+{{- fail "policy.anyPrometheusURL allows every URL: leave policy.prometheusURLs empty" -}}
 {{- end -}}
 {{- if eq (int .Values.operator.metricsPort) (int .Values.operator.healthPort) -}}
 {{- fail "operator.metricsPort and operator.healthPort must differ" -}}

@@ -43,6 +43,8 @@ verbs on exactly these resources: no wildcards, no Secrets, no pods/exec or prox
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Engine pods: readiness and the IPs the autoscaler scrapes; before a scale-down it sets
 # their controller.kubernetes.io/pod-deletion-cost so the least-loaded pods go first.
+# RBAC cannot narrow a patch to one annotation: with admissionPolicy.enabled a
+# ValidatingAdmissionPolicy refuses every other change this account makes to a pod.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]

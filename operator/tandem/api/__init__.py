@@ -22,6 +22,10 @@ KIND = "InferenceService"
 PLURAL = "inferenceservices"
 SINGULAR = "inferenceservice"
 SHORT_NAMES = ("tisvc",)
+#: The name becomes the router's Service name, a DNS-1035 label: a letter first.
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+#: Room for the longest child name, ``<name>-prefill`` (and its pods' suffixes) in 63.
+NAME_MAX_LENGTH = 42
 
 
 class ObjectMeta(Model):
@@ -29,7 +33,7 @@ class ObjectMeta(Model):
 
     model_config = Model.model_config | {"extra": "allow"}
 
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=42)
+    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX_LENGTH)
     namespace: str = "default"
     uid: str | None = None
     generation: int | None = None
@@ -65,6 +69,8 @@ __all__ = [
     "API_VERSION",
     "GROUP",
     "KIND",
+    "NAME_MAX_LENGTH",
+    "NAME_PATTERN",
     "PLURAL",
     "SHORT_NAMES",
     "SINGULAR",

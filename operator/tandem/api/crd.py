@@ -13,6 +13,7 @@ from __future__ import annotations
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
 
+import annotated_types
 from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
@@ -20,6 +21,8 @@ from tandem.api import (
     API_VERSION,
     GROUP,
     KIND,
+    NAME_MAX_LENGTH,
+    NAME_PATTERN,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -27,6 +30,7 @@ from tandem.api import (
     InferenceServiceSpec,
     InferenceServiceStatus,
 )
+from tandem.api.durations import DURATION_PATTERN
 
 _DROP = {"title", "gt", "ge", "lt", "le"}
 
@@ -80,7 +84,17 @@ def build_openapi_schema(*, strict: bool = False) -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # The API server allows restrictions on metadata.name (and generateName) only.
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "pattern": NAME_PATTERN,
+                        "maxLength": NAME_MAX_LENGTH,
+                    }
+                },
+            },
             "spec": _model_schema(InferenceServiceSpec, strict),
             "status": _model_schema(InferenceServiceStatus, strict),
         },
@@ -133,6 +147,10 @@ def _model_schema(model: type[BaseModel], strict: bool) -> dict[str, Any]:
 
 def _field_schema(field: FieldInfo, strict: bool) -> dict[str, Any]:
     node = _type_schema(field.annotation, field.metadata, strict)
+    if node.get("pattern") == DURATION_PATTERN:
+        rules = _duration_rules(field.metadata)
+        if rules:
+            node["x-kubernetes-validations"] = rules
     if field.description:
         node["description"] = field.description
     default = _default_of(field)
@@ -184,6 +202,26 @@ def _clean(node: Any) -> Any:
     return out
 
 
+def _duration_rules(metadata: list[Any]) -> list[dict[str, str]]:
+    """CEL for a duration's bounds: OpenAPI bounds apply to numbers, and a duration is a
+    string, so the API server checks them with CEL's ``duration()``."""
+    rules: list[dict[str, str]] = []
+    ops = (("gt", ">", "more than"), ("ge", ">=", "at least"), ("lt", "<", "less than"),
+           ("le", "<=", "at most"))  # fmt: skip
+    for item in metadata:
+        for attr, op, words in ops:
+            bound = getattr(item, attr, None)
+            if isinstance(item, annotated_types.BaseMetadata) and bound is not None:
+                go = f"{bound:g}s"
+                rules.append(
+                    {
+                        "rule": f"duration(self) {op} duration('{go}')",
+                        "message": f"must be {words} {go}",
+                    }
+                )
+    return rules
+
+
 def _default_of(field: FieldInfo) -> Any:
     if field.default_factory is not None:
         value = field.default_factory()  # type: ignore[call-arg]
@@ -194,7 +232,10 @@ def _default_of(field: FieldInfo) -> Any:
     annotation: Any = field.annotation
     if field.metadata:
         annotation = Annotated[annotation, *field.metadata]
-    return TypeAdapter(annotation).dump_python(value, mode="json", by_alias=True, exclude_none=True)
+    adapter = TypeAdapter(annotation)
+    if not isinstance(value, BaseModel):
+        value = adapter.validate_python(value)  # "30s" -> 30.0, written back as "30s"
+    return adapter.dump_python(value, mode="json", by_alias=True, exclude_none=True)
 
 
 def _strip_none(annotation: Any) -> Any:

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
+from tandem.api.flags import OWNED_FLAGS
 from tandem.api.spec import InferenceServiceSpec, PoolSpec
+
+ProblemKind = Literal["schema", "rule", "limit"]
+"""Where a check lives besides ``tandem validate``: ``schema``, in the CRD's OpenAPI
+schema; ``rule``, a cross-field rule (CEL on the CRD where it can be written,
+:data:`OPERATOR_ONLY_RULES` otherwise); ``limit``, a bound the API server cannot express
+(free-form depth and size, the spec's size), checked here and by the operator."""
 
 
 @dataclass(frozen=True)
@@ -20,31 +28,18 @@ class Problem:
 
     path: str
     message: str
+    kind: ProblemKind = "rule"
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
 
 
-#: vLLM flags Tandem sets itself, and the field that controls each.
-OWNED_FLAGS: dict[str, str] = {
-    "--model": "spec.model.uri",
-    "--revision": "spec.model.uri (hf://org/name@revision)",
-    "--served-model-name": "spec.model.name",
-    "--max-model-len": "spec.model.maxModelLen",
-    "--tensor-parallel-size": "spec.<pool>.tensorParallelSize",
-    "-tp": "spec.<pool>.tensorParallelSize",
-    "--max-num-seqs": "spec.<pool>.maxNumSeqs",
-    "--max-num-batched-tokens": "spec.<pool>.maxNumBatchedTokens",
-    "--gpu-memory-utilization": "spec.<pool>.gpuMemoryUtilization",
-    "--kv-transfer-config": "spec.engine.kvTransfer",
-    "--scheduling-policy": "spec.engine.schedulingPolicy",
-    "--enable-prefix-caching": "spec.engine.prefixCaching",
-    "--disable-prefix-caching": "spec.engine.prefixCaching",
-    "--no-enable-prefix-caching": "spec.engine.prefixCaching",
-    "--shutdown-timeout": "spec.engine.shutdownTimeout",
-    "--port": "(Tandem serves engines on port 8000)",
-    "--host": "(Tandem binds engines to all interfaces)",
-    "--uds": "(Tandem serves engines over TCP port 8000)",
+#: Rules with no CEL twin on the CRD: the API server accepts what breaks them, and the
+#: operator reports it on the resource (``Ready=False``, ``InvalidSpec``). Each entry is
+#: a phrase every such problem's message contains.
+OPERATOR_ONLY_RULES: dict[str, str] = {
+    "is not a flag of the pinned `vllm serve`": "the flag list of the pinned vLLM (hundreds "
+    "of flags) is checked here, not in CEL",
 }
 
 
@@ -96,6 +91,13 @@ def _check_pool(path: str, pool: PoolSpec, spec: InferenceServiceSpec) -> Iterat
         yield Problem(
             f"{path}.tensorParallelSize",
             f"{tp} does not divide gpu.count ({pool.gpu.count}); valid: {divisors}",
+        )
+    resource = pool.gpu.resource_name
+    if resource.startswith("kubernetes.io/") or ".kubernetes.io/" in resource:
+        yield Problem(
+            f"{path}.gpu.resourceName",
+            f"{resource!r} is in the kubernetes.io domain; use the device plugin's extended "
+            "resource, e.g. nvidia.com/gpu or amd.com/gpu",
         )
     if spec.engine.backend == "vllm" and pool.gpu.count == 0:
         yield Problem(

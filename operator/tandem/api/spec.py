@@ -10,20 +10,34 @@ report every broken rule with its field path).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tandem.api.base import DNS_LABEL_PATTERN, FreeForm, Model, Quantity, cel
-from tandem.api.durations import Duration
+from tandem.api.base import DNS_LABEL_PATTERN, FreeForm, Model, PositiveQuantity, Quantity, cel
+from tandem.api.durations import Duration, default_duration
+from tandem.api.flags import owned_flag_regex
 from tandem.api.vocab import Mode, Objective, PolicyName, PoolRole
 
+#: One path segment that is neither ``.`` nor ``..`` (a ``pvc://`` path stays inside its
+#: claim: ``pvc://claim/../../etc`` would otherwise serve ``/etc``).
+_SEGMENT = (
+    r"([-A-Za-z0-9_+=,@~%]|\.[-A-Za-z0-9_+=,@~%]|\.\.[-A-Za-z0-9_.+=,@~%])[-A-Za-z0-9_.+=,@~%]*"
+)
 #: ``hf://org/name[@revision]``, ``pvc://claim/path`` or ``s3://bucket/path``.
 MODEL_URI_PATTERN = (
-    r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+(@[-A-Za-z0-9_./]+)?"
-    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?"
-    r"|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/[^\s]*)?)$"
+    r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+(@" + _SEGMENT + r"(/" + _SEGMENT + r")*)?"
+    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/" + _SEGMENT + r")*/?"
+    r"|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/" + _SEGMENT + r")*/?)$"
 )
+#: An extended resource (``nvidia.com/gpu``): a domain-qualified name. Names without a
+#: domain (``cpu``, ``memory``) are the pod's own resources and would override them.
+EXTENDED_RESOURCE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+#: Upper bound of every duration that has no tighter one.
+MAX_DURATION_S = 3600
 
 KvConnector = Literal["NixlConnector", "LMCacheConnectorV1", "MooncakeConnector", "MultiConnector"]
 GpuType = Literal["H100", "H200", "A100", "L40S"]
@@ -32,9 +46,13 @@ GpuType = Literal["H100", "H200", "A100", "L40S"]
 class SecretRef(Model):
     """A Secret holding credentials for the model source, exposed to engines as env only."""
 
-    name: str = Field(pattern=DNS_LABEL_PATTERN, description="Secret name in the same namespace.")
+    name: str = Field(
+        pattern=DNS_LABEL_PATTERN, max_length=253, description="Secret name in the same namespace."
+    )
     key: str = Field(
         default="token",
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        max_length=253,
         description="Key holding the Hugging Face token (hf:// sources). For s3:// sources "
         "every key of the Secret becomes an environment variable (AWS_ACCESS_KEY_ID, ...).",
     )
@@ -51,7 +69,9 @@ class ModelSpec(Model):
     )
     uri: str = Field(
         pattern=MODEL_URI_PATTERN,
-        description="Weights: hf://org/name[@revision], pvc://claim/path or s3://bucket/path.",
+        max_length=1024,
+        description="Weights: hf://org/name[@revision], pvc://claim/path or s3://bucket/path "
+        "(no '.' or '..' path segments).",
     )
     secret_ref: SecretRef | None = Field(default=None, description="Credentials for the source.")
     max_model_len: int | None = Field(
@@ -76,6 +96,17 @@ class KvTransferSpec(Model):
 class EngineSpec(Model):
     """The inference engine every pool runs."""
 
+    model_config = Model.model_config | {
+        "json_schema_extra": cel(
+            (
+                "!has(self.extraArgs) || "
+                f"self.extraArgs.all(a, !a.matches('{owned_flag_regex()}'))",
+                "extraArgs must not set a flag Tandem sets (--model, --max-num-seqs, "
+                "--kv-transfer-config, ...): use the field for it (tandem validate names it)",
+            ),
+        )
+    }
+
     backend: Literal["vllm", "sim"] = Field(
         default="vllm",
         description="vllm: the GPU engine. sim: Tandem's simulated vLLM-compatible engine "
@@ -84,35 +115,40 @@ class EngineSpec(Model):
     image: str | None = Field(
         default=None,
         min_length=1,
+        max_length=512,
+        pattern=r"^[^\t\n\f\r ]+$",
         description="Container image; defaults to the pinned vLLM image (vllm) or Tandem's "
-        "image (sim).",
+        "image (sim). The operator may limit it to allowed repositories.",
     )
     scheduling_policy: Literal["fcfs", "priority"] = Field(
         default="fcfs", description="vLLM --scheduling-policy (priority: lower value first)."
     )
     prefix_caching: bool = Field(default=True, description="vLLM automatic prefix caching.")
     kv_transfer: KvTransferSpec = Field(default_factory=KvTransferSpec)
-    extra_args: list[str] = Field(
+    extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list,
         max_length=64,
         description="Extra `vllm serve` arguments. Flags Tandem sets from other fields are "
         "rejected with the field to use instead.",
     )
     shutdown_timeout: Duration = Field(
-        default=30.0,
+        default=default_duration("30s"),
         le=3600,
         description="How long an engine drains running requests on SIGTERM (vLLM "
         "--shutdown-timeout).",
     )
     startup_timeout: Duration = Field(
-        default=1800.0,
+        default=default_duration("30m"),
         ge=60,
         le=21600,
         description="How long weight loading may take before the pod is restarted.",
     )
-    shm_size: Quantity = Field(default="8Gi", description="Size of the memory-backed /dev/shm.")
+    shm_size: PositiveQuantity = Field(
+        default="8Gi", description="Size of the memory-backed /dev/shm."
+    )
     sim_model: str = Field(
         default="llama-3.1-8b",
+        max_length=64,
         pattern=r"^[a-z0-9][-a-z0-9.]*$",
         description="Model preset the sim backend's cost model uses (llama-3.1-8b, "
         "llama-3.1-70b, llama-2-70b).",
@@ -147,6 +183,17 @@ class ReplicaBounds(Model):
 class GpuSpec(Model):
     """GPUs of one replica."""
 
+    model_config = Model.model_config | {
+        "json_schema_extra": cel(
+            (
+                "!self.resourceName.startsWith('kubernetes.io/') && "
+                "!self.resourceName.contains('.kubernetes.io/')",
+                "gpu.resourceName must be an extended resource outside kubernetes.io, "
+                "e.g. nvidia.com/gpu or amd.com/gpu",
+            ),
+        )
+    }
+
     count: int = Field(default=1, ge=0, le=64, description="GPUs per replica.")
     type: GpuType | None = Field(
         default=None,
@@ -154,7 +201,11 @@ class GpuSpec(Model):
         "Schedule onto it with nodeSelector.",
     )
     resource_name: str = Field(
-        default="nvidia.com/gpu", description="Extended resource name of the device plugin."
+        default="nvidia.com/gpu",
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        max_length=253,
+        description="Extended resource name of the device plugin (a domain-qualified name "
+        "such as nvidia.com/gpu; not cpu or memory).",
     )
 
 
@@ -177,11 +228,11 @@ class PoolProfile(Model):
 class Toleration(Model):
     """A Kubernetes toleration."""
 
-    key: str | None = None
+    key: str | None = Field(default=None, max_length=317)
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
+    value: str | None = Field(default=None, max_length=63)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0, le=1_000_000_000)
 
 
 class PoolSpec(Model):
@@ -200,7 +251,7 @@ class PoolSpec(Model):
     replicas: ReplicaBounds = Field(default_factory=ReplicaBounds)
     gpu: GpuSpec = Field(default_factory=GpuSpec)
     cpu: Quantity | None = Field(default=None, description="CPU request per replica.")
-    memory: Quantity | None = Field(default=None, description="Memory per replica.")
+    memory: PositiveQuantity | None = Field(default=None, description="Memory per replica.")
     tensor_parallel_size: int | None = Field(
         default=None, ge=1, le=64, description="vLLM --tensor-parallel-size (default gpu.count)."
     )
@@ -211,8 +262,8 @@ class PoolSpec(Model):
     gpu_memory_utilization: float | None = Field(
         default=None, gt=0, le=1, description="--gpu-memory-utilization (fraction of GPU memory)."
     )
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     affinity: FreeForm | None = Field(default=None, description="Pod affinity, verbatim.")
     profile: PoolProfile | None = None
 
@@ -225,13 +276,30 @@ class PoolSpec(Model):
 class RouterTimeouts(Model):
     """Router timeouts; each ends a request cleanly instead of letting it hang."""
 
-    connect: Duration = Field(default=5.0, gt=0, description="Connecting to an engine.")
-    prefill: Duration = Field(default=60.0, gt=0, description="The whole prefill leg.")
+    connect: Duration = Field(
+        default=default_duration("5s"),
+        gt=0,
+        le=300,
+        description="Connecting to an engine (at most 5m).",
+    )
+    prefill: Duration = Field(
+        default=default_duration("1m"),
+        gt=0,
+        le=MAX_DURATION_S,
+        description="The whole prefill leg (at most 1h).",
+    )
     first_token: Duration = Field(
-        default=120.0, gt=0, description="From the decode request to its first byte."
+        default=default_duration("2m"),
+        gt=0,
+        le=MAX_DURATION_S,
+        description="From the decode request to its first byte (at most 1h).",
     )
     idle_stream: Duration = Field(
-        default=60.0, gt=0, description="Longest silence inside a streaming response."
+        default=default_duration("1m"),
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Longest silence inside a streaming response (at most 1h; the router's "
+        "termination grace period is this plus 30s).",
     )
 
 
@@ -239,9 +307,15 @@ class RouterSpec(Model):
     """The OpenAI-compatible router in front of the pools."""
 
     replicas: int = Field(default=2, ge=1, le=100)
-    image: str | None = Field(default=None, min_length=1, description="Default: Tandem's image.")
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        pattern=r"^[^\t\n\f\r ]+$",
+        description="Default: Tandem's image.",
+    )
     cpu: Quantity = Field(default="1", description="CPU request per router replica.")
-    memory: Quantity = Field(default="512Mi", description="Memory per router replica.")
+    memory: PositiveQuantity = Field(default="512Mi", description="Memory per router replica.")
     max_inflight: int = Field(
         default=1024, ge=1, le=1_000_000, description="In-flight requests per router replica."
     )
@@ -252,11 +326,13 @@ class RouterSpec(Model):
     priority_header: str = Field(
         default="x-tandem-priority-class",
         pattern=r"^[A-Za-z0-9-]+$",
+        max_length=64,
         description="Request header naming the priority class.",
     )
     short_prompt_tokens: int = Field(
         default=0,
         ge=0,
+        le=2_097_152,
         description="Prompts shorter than this skip the prefill pool (0: never skip).",
     )
 
@@ -278,10 +354,10 @@ class LatencyTarget(Model):
         }
     }
 
-    p50: Duration | None = Field(default=None, gt=0)
-    p90: Duration | None = Field(default=None, gt=0)
-    p95: Duration | None = Field(default=None, gt=0)
-    p99: Duration | None = Field(default=None, gt=0)
+    p50: Duration | None = Field(default=None, gt=0, le=MAX_DURATION_S)
+    p90: Duration | None = Field(default=None, gt=0, le=MAX_DURATION_S)
+    p95: Duration | None = Field(default=None, gt=0, le=MAX_DURATION_S)
+    p99: Duration | None = Field(default=None, gt=0, le=MAX_DURATION_S)
 
     @model_validator(mode="after")
     def _exactly_one_percentile(self) -> LatencyTarget:
@@ -317,12 +393,30 @@ class PriorityClass(Model):
     ttft: LatencyTarget | None = None
     itl: LatencyTarget | None = None
     max_inflight: int | None = Field(
-        default=None, ge=1, description="Admission limit per router replica for this class."
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Admission limit per router replica for this class.",
     )
 
 
 class QosSpec(Model):
     """The latency the service declares, and how to trade throughput against it."""
+
+    model_config = Model.model_config | {
+        "json_schema_extra": cel(
+            (
+                "!has(self.priorityClasses) || self.priorityClasses.all(c, "
+                "self.priorityClasses.filter(d, d.name == c.name).size() == 1)",
+                "priority class names must be unique",
+            ),
+            (
+                "!has(self.defaultClass) || (has(self.priorityClasses) && "
+                "self.priorityClasses.exists(c, c.name == self.defaultClass))",
+                "defaultClass must name one of priorityClasses",
+            ),
+        )
+    }
 
     ttft: LatencyTarget = Field(default_factory=lambda: LatencyTarget(p90=1.0))
     itl: LatencyTarget = Field(default_factory=lambda: LatencyTarget(p90=0.05))
@@ -332,7 +426,10 @@ class QosSpec(Model):
     )
     priority_classes: list[PriorityClass] = Field(default_factory=list, max_length=16)
     default_class: str | None = Field(
-        default=None, description="Class of requests without the header (default: first class)."
+        default=None,
+        pattern=DNS_LABEL_PATTERN,
+        max_length=63,
+        description="Class of requests without the header (default: first class).",
     )
 
 
@@ -364,8 +461,14 @@ class MetricsSource(Model):
     source: Literal["pods", "prometheus"] = Field(
         default="pods", description="pods: scrape every pod's /metrics. prometheus: query it."
     )
-    url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
-    scrape_timeout: Duration = Field(default=2.0, gt=0, le=60)
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\t\n\f\r ]+$",
+        max_length=2048,
+        description="Prometheus base URL (source prometheus); the operator may allow only "
+        "some URLs.",
+    )
+    scrape_timeout: Duration = Field(default=default_duration("2s"), gt=0, le=60)
 
 
 class RatioBounds(Model):
@@ -392,18 +495,23 @@ class AutoscalingSpec(Model):
         description="slo: size each pool toward the qos targets. queue: thresholds on queue "
         "depth and KV usage. static: replicas.initial, never changed.",
     )
-    interval: Duration = Field(default=15.0, ge=1, le=600, description="Tick interval.")
-    scale_up_stabilization: Duration = Field(default=0.0, ge=0, le=3600)
-    scale_down_stabilization: Duration = Field(default=300.0, ge=0, le=7200)
+    interval: Duration = Field(
+        default=default_duration("15s"), ge=1, le=600, description="Tick interval."
+    )
+    scale_up_stabilization: Duration = Field(default=default_duration("0s"), ge=0, le=3600)
+    scale_down_stabilization: Duration = Field(default=default_duration("5m"), ge=0, le=7200)
     max_step: StepLimits = Field(default_factory=StepLimits)
     queue: QueueThresholds = Field(default_factory=QueueThresholds)
     metrics: MetricsSource = Field(default_factory=MetricsSource)
     prefill_decode_ratio: RatioBounds | None = None
     cold_start: Duration = Field(
-        default=120.0, ge=0, le=3600, description="Expected time from scale-up to a ready pod."
+        default=default_duration("2m"),
+        ge=0,
+        le=3600,
+        description="Expected time from scale-up to a ready pod.",
     )
     burst_memory: Duration = Field(
-        default=1800.0,
+        default=default_duration("30m"),
         ge=0,
         le=86400,
         description="Half-life of the slo policy's memory of a pool's recent peak: through "
@@ -418,7 +526,7 @@ class MonitoringSpec(Model):
 
     service_monitor: bool = Field(default=False, description="ServiceMonitor for the router.")
     pod_monitor: bool = Field(default=False, description="PodMonitor for the engine pods.")
-    interval: Duration = Field(default=15.0, ge=1, le=600)
+    interval: Duration = Field(default=default_duration("15s"), ge=1, le=600)
 
 
 class InferenceServiceSpec(Model):
@@ -430,6 +538,22 @@ class InferenceServiceSpec(Model):
                 "self.mode == 'aggregated' ? (!has(self.prefill) && !has(self.decode)) "
                 ": !has(self.pool)",
                 "aggregated mode uses `pool`; disaggregated mode uses `prefill` and `decode`",
+            ),
+            (
+                "self.engine.backend != 'vllm' || "
+                "((!has(self.prefill) || self.prefill.gpu.count > 0) && "
+                "(!has(self.decode) || self.decode.gpu.count > 0) && "
+                "(!has(self.pool) || self.pool.gpu.count > 0))",
+                "0 GPUs cannot run the vllm backend; use gpu.count >= 1 or engine.backend 'sim'",
+            ),
+            (
+                "self.engine.schedulingPolicy == 'priority' || !has(self.qos.priorityClasses) "
+                "|| self.qos.priorityClasses.all(c, c.priority == 0)",
+                "priority classes with non-zero priority need engine.schedulingPolicy 'priority'",
+            ),
+            (
+                "self.mode != 'aggregated' || !has(self.autoscaling.prefillDecodeRatio)",
+                "autoscaling.prefillDecodeRatio is only meaningful in disaggregated mode",
             ),
         )
     }

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tandem.api.base import FreeForm, Model
+from tandem.api.base import Model, OpaqueState
 
 ConditionType = Literal[
     "Ready",
@@ -60,7 +60,7 @@ class InferenceServiceStatus(Model):
     conditions: list[Condition] = Field(default_factory=list)
     router_url: str | None = Field(default=None, alias="routerURL")
     pools: dict[str, PoolStatus] = Field(default_factory=dict)
-    autoscaler: FreeForm | None = Field(
+    autoscaler: OpaqueState | None = Field(
         default=None,
         description="Autoscaler state that survives operator restarts (windows, learned "
         "capacity); opaque to users.",

@@ -11,12 +11,16 @@ import os
 from typing import Any
 
 from tandem.control.config import OperatorConfig
+from tandem.control.restrictions import Restrictions
 from tandem.controller.config import KopfTuning, LeaseConfig
+from tandem.manifests.network import NetworkPeers
 
 #: Every default below is the configuration's own (one source of defaults).
 DEFAULTS = OperatorConfig(lease=LeaseConfig("-"))
 LEASE = DEFAULTS.lease
 KOPF = KopfTuning()
+RESTRICTIONS = DEFAULTS.restrictions
+PEERS = DEFAULTS.peers
 
 
 def register(sub: Any) -> None:
@@ -94,6 +98,65 @@ def register(sub: Any) -> None:
         default=DEFAULTS.autoscaler,
         help="resize each InferenceService's pools from live metrics (default on; "
         "--no-autoscaler leaves pool sizes alone)",
+    )
+    policy = p.add_argument_group(
+        "restrictions on every InferenceService (the chart sets them from its policy values)"
+    )
+    policy.add_argument(
+        "--allowed-image-prefix",
+        action="append",
+        dest="image_prefixes",
+        default=[],
+        metavar="PREFIX",
+        help="engine and router images must start with one of these (repeat; default: any)",
+    )
+    policy.add_argument(
+        "--model-secrets",
+        choices=("any", "prefixed", "none"),
+        default=RESTRICTIONS.secrets,
+        help="which Secret spec.model.secretRef may name: any in the namespace, only those "
+        "named --model-secret-prefix*, or none (default %(default)s)",
+    )
+    policy.add_argument(
+        "--model-secret-prefix", default=RESTRICTIONS.secret_prefix, metavar="PREFIX"
+    )
+    urls = policy.add_mutually_exclusive_group()
+    urls.add_argument(
+        "--allowed-prometheus-url",
+        action="append",
+        dest="prometheus_urls",
+        default=[],
+        metavar="URL",
+        help="a Prometheus spec.autoscaling.metrics.url may point at (scheme, host, port if "
+        "given, path prefix; repeat). Default: none, so the prometheus source is refused",
+    )
+    urls.add_argument(
+        "--any-prometheus-url",
+        action="store_true",
+        help="let every spec name any URL the operator then queries (trusted tenants only)",
+    )
+    network = p.add_argument_group("who may reach the engine pods (their NetworkPolicy)")
+    network.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("POD_NAMESPACE", PEERS.operator_namespace),
+        metavar="NS",
+        help="the operator's own namespace (default: $POD_NAMESPACE, else %(default)s)",
+    )
+    network.add_argument(
+        "--prometheus-namespace",
+        action="append",
+        dest="prometheus_namespaces",
+        default=None,
+        metavar="NS",
+        help="a namespace whose Prometheus pods scrape engines with a PodMonitor (repeat; "
+        f"default {', '.join(PEERS.prometheus_namespaces)})",
+    )
+    p.add_argument(
+        "--event-spool",
+        default=DEFAULTS.event_spool,
+        metavar="PATH",
+        help="file for the Events still undelivered when the operator stops (e.g. during "
+        "an API outage); the next process posts them (the chart uses an emptyDir)",
     )
     p.add_argument(
         "--resync-interval",
@@ -177,6 +240,21 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_interval_s=args.resync_interval,
         autoscaler=args.autoscaler,
+        event_spool=args.event_spool,
+        restrictions=Restrictions(
+            image_prefixes=tuple(args.image_prefixes),
+            secrets=args.model_secrets,
+            secret_prefix=args.model_secret_prefix,
+            prometheus_urls=None if args.any_prometheus_url else tuple(args.prometheus_urls),
+        ),
+        peers=NetworkPeers(
+            operator_namespace=args.operator_namespace,
+            prometheus_namespaces=tuple(
+                PEERS.prometheus_namespaces
+                if args.prometheus_namespaces is None
+                else args.prometheus_namespaces
+            ),
+        ),
         kopf=KopfTuning(
             watch_server_timeout_s=args.watch_timeout,
             watch_client_timeout_s=args.watch_timeout

@@ -18,6 +18,19 @@ def register(sub: Any) -> None:
         help="uid of the live InferenceService, to emit ownerReferences (omitted without it: "
         "a reference to a uid that does not exist gets children garbage-collected)",
     )
+    p.add_argument(
+        "--operator-namespace",
+        default="tandem-system",
+        metavar="NS",
+        help="the operator's namespace, whose pods the engines' NetworkPolicy admits",
+    )
+    p.add_argument(
+        "--prometheus-namespace",
+        action="append",
+        default=None,
+        metavar="NS",
+        help="namespaces of Prometheus (with a PodMonitor; default: monitoring)",
+    )
     p.set_defaults(func=run)
 
 
@@ -26,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.manifests import Owner, build_children
+    from tandem.manifests import NetworkPeers, Owner, build_children
 
     try:
         docs = read_documents(args.file)
@@ -45,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         uid = args.owner_uid or isvc.metadata.uid
         owner = Owner(isvc.api_version, isvc.kind, isvc.name, uid or "")
-        for child in build_children(isvc, owner):
+        peers = NetworkPeers(
+            args.operator_namespace, tuple(args.prometheus_namespace or ["monitoring"])
+        )
+        for child in build_children(isvc, owner, peers):
             if not uid:
                 child["metadata"].pop("ownerReferences", None)
             out.append(child)

@@ -28,6 +28,7 @@ from tandem.control.config import OperatorConfig
 from tandem.control.handlers import build_registry
 from tandem.control.metrics import OperatorMetrics
 from tandem.control.runtime import Runtime
+from tandem.controller.availability import ApiAvailability
 from tandem.controller.http import HttpServer, metrics_app, serve_standby_liveness
 from tandem.controller.leadership import LeaderElector
 from tandem.controller.settings import build_settings
@@ -61,7 +62,14 @@ class Operator:
         self.kopf_ready = threading.Event()
         #: ``time.monotonic()`` when the Lease was lost (writes stop right then), or None.
         self.lost_lease_at: float | None = None
-        client.observer = self.metrics.observe_request
+        self.availability = ApiAvailability(config.outage_report_s)
+        client.observer = self._observe_request
+
+    def _observe_request(self, method: str, path: str, status: int) -> None:
+        self.metrics.observe_request(method, path, status)
+        outage = self.availability.observe(status)
+        if outage is not None and self.runtime is not None:
+            self.runtime.report_outage(outage)
 
     def health(self) -> dict[str, Any]:
         runtime = self.runtime
@@ -122,6 +130,11 @@ class Operator:
             event_dedupe_s=cfg.event_dedupe_s,
             retry_base_s=cfg.retry_base_s,
             retry_max_s=cfg.retry_max_s,
+            restrictions=cfg.restrictions,
+            peers=cfg.peers,
+            availability=self.availability,
+            event_spool=cfg.event_spool,
+            event_flush_s=cfg.event_flush_s,
         )
         if cfg.autoscaler:
             setup_autoscaler(runtime)
@@ -129,6 +142,9 @@ class Operator:
             self.setup(runtime)
         self.runtime = runtime
         await runtime.start()
+        runtime.watch_services(
+            list(cfg.namespaces), watch_timeout_s=cfg.kopf.watch_server_timeout_s
+        )
         kopf_stop = asyncio.Event()
         holding = asyncio.create_task(elector.hold(stop) if elector else stop.wait(), name="lease")
         stopping = asyncio.create_task(stop.wait(), name="stop")

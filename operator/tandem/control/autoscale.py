@@ -34,6 +34,7 @@ from tandem.api.validate import SpecError, load_inference_service
 from tandem.control.autoscale_metrics import AutoscalerSeries
 from tandem.control.children import ServiceKey
 from tandem.control.reconcile import now_rfc3339
+from tandem.control.restrictions import check_restrictions
 from tandem.control.runtime import Runtime
 from tandem.control.scaling import (
     Written,
@@ -172,6 +173,8 @@ class Autoscaler:
             )
         except SpecError:
             isvc = None  # the reconciler reports it (Ready=False, InvalidSpec)
+        if isvc is not None and check_restrictions(isvc, self.runtime.restrictions):
+            isvc = None  # nor is a refused one queried (its metrics URL above all)
         self._parsed[key] = (version, isvc)
         return isvc
 

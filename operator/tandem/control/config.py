@@ -7,7 +7,9 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tandem.control.restrictions import Restrictions
 from tandem.controller.config import KopfTuning, LeaseConfig
+from tandem.manifests.network import NetworkPeers
 
 
 def default_identity() -> str:
@@ -32,11 +34,24 @@ class OperatorConfig:
     """Services reconciled concurrently."""
     resync_interval_s: float = 600.0
     event_dedupe_s: float = 300.0
+    event_spool: str | None = None
+    """File the Events still undelivered at stop are written to and the next process
+    posts (an emptyDir path: it survives a container restart); None logs them instead."""
+    event_flush_s: float = 5.0
+    """How long a stopping operator keeps trying to post its Events."""
+    outage_report_s: float = 10.0
+    """An API outage at least this long is reported on every service once it ends."""
     retry_base_s: float = 0.5
     retry_max_s: float = 300.0
     kopf: KopfTuning = field(default_factory=KopfTuning)
     stop_timeout_s: float = 20.0
     """How long Kopf may take to stop before it is cancelled."""
+    restrictions: Restrictions = field(default_factory=lambda: Restrictions(prometheus_urls=()))
+    """What InferenceServices may ask for (images, Secrets, Prometheus URLs). Default:
+    any image and Secret, no Prometheus URL (the ``pods`` source needs none)."""
+    peers: NetworkPeers = field(default_factory=NetworkPeers)
+    """The operator's own namespace and Prometheus's: the engines' NetworkPolicy admits
+    their pods (by namespace and label) to the engines' HTTP port."""
     autoscaler: bool = True
     """Run the autoscaler (:mod:`tandem.control.autoscale`) on every InferenceService;
     off, the pools keep whatever size they have (``replicas.initial`` when created)."""

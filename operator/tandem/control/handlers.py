@@ -1,5 +1,7 @@
 """The Kopf handlers: thin adapters from watch events to the :class:`Runtime`. No logic.
 
+InferenceServices are not watched through Kopf but by the runtime itself
+(:meth:`~tandem.control.runtime.Runtime.watch_services`), whose decoding bounds nesting.
 All handlers are ``async``: Kopf runs plain functions in a thread pool, and the runtime
 belongs to the event loop. They are registered on a registry of their own (not Kopf's
 global one), so two operators can run in one process. ``@kopf.index`` on every child
@@ -13,7 +15,6 @@ from typing import Any
 
 import kopf
 
-from tandem.api import GROUP, PLURAL, VERSION
 from tandem.control.runtime import Runtime
 from tandem.kube import CHILD_TYPES, Connection
 
@@ -42,10 +43,6 @@ def build_registry(
             "queued": runtime.queue.depth,
             "retrying": len(runtime.queue.failures),
         }
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, id="inferenceservices", registry=registry)
-    async def service_event(event: kopf.RawEvent, **_: Any) -> None:
-        runtime.on_service_event(event["type"], event["object"])
 
     async def index_child(body: kopf.Body, **_: Any) -> None:
         runtime.observe_child(body)

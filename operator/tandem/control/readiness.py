@@ -136,10 +136,11 @@ def compute_status(
     return DesiredStatus((ready, *components), OWNED_TYPES, pools, router_url(isvc))
 
 
-def compute_invalid_status(message: str) -> DesiredStatus:
-    """Status of a resource the semantic rules reject: only ``Ready`` changes."""
+def compute_invalid_status(message: str, reason: str = "InvalidSpec") -> DesiredStatus:
+    """Status of a resource the semantic rules (or the operator's restrictions,
+    ``PolicyViolation``) reject: only ``Ready`` changes."""
     return DesiredStatus(
-        (Condition("Ready", "False", "InvalidSpec", message),), frozenset({"Ready"}), None, None
+        (Condition("Ready", "False", reason, message),), frozenset({"Ready"}), None, None
     )
 
 

@@ -33,6 +33,7 @@ from tandem.control.readiness import (
     compute_status,
     compute_status_patch,
 )
+from tandem.control.restrictions import Restrictions, check_restrictions
 from tandem.controller.cache import ObjectCache
 from tandem.controller.events import EventRecorder
 from tandem.controller.logs import object_logger
@@ -46,6 +47,8 @@ from tandem.kube import (
 )
 from tandem.kube.semantic import applied_record
 from tandem.manifests import Owner, autoscaled, build_children, build_initial_replicas
+from tandem.manifests.meta import child_name
+from tandem.manifests.network import NetworkPeers
 
 logger = logging.getLogger("tandem.control")
 Result = Literal["success", "invalid", "skipped"]
@@ -55,6 +58,14 @@ ChildCache = ObjectCache[ChildKey, ServiceKey]
 
 class ReconcileError(Exception):
     """Some children could not be written; the work queue retries with backoff."""
+
+
+class RouterBlocked(Exception):
+    """The router's ServiceAccount, Role or RoleBinding belongs to someone else."""
+
+
+#: Kinds that make up the router's identity (who its pods act as).
+IDENTITY_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding"})
 
 
 def now_rfc3339() -> str:
@@ -83,8 +94,12 @@ class Reconciler:
         events: EventRecorder,
         metrics: OperatorMetrics,
         *,
+        restrictions: Restrictions | None = None,
+        peers: NetworkPeers | None = None,
         now: Callable[[], str] = now_rfc3339,
     ) -> None:
+        self.restrictions = restrictions or Restrictions()
+        self.peers = peers or NetworkPeers()
         self.client = client
         self.services = services
         self.children = children
@@ -100,8 +115,23 @@ class Reconciler:
         started = time.perf_counter()
         try:
             result = await self._reconcile(key)
-        except Exception:
+        except (KubeError, ReconcileError):
             self.metrics.reconciles.labels("error").inc()
+            raise
+        except Exception as err:
+            # A resource the operator cannot handle is reported on itself, and retried
+            # with backoff: it never stops the operator or its neighbours.
+            self.metrics.reconciles.labels("error").inc()
+            body = self.services.get(key)
+            if body is not None:
+                self.events.record(
+                    body,
+                    "Warning",
+                    "ReconcileFailed",
+                    f"the operator could not handle this resource ({type(err).__name__}: "
+                    f"{str(err)[:300]}); it retries with backoff",
+                )
+            logger.exception("reconciling %s/%s failed", *key)
             raise
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
@@ -122,26 +152,55 @@ class Reconciler:
             self.events.record(body, "Warning", "InvalidSpec", message)
             await self._write_status(body, compute_invalid_status(message))
             return "invalid"
+        refused = check_restrictions(isvc, self.restrictions)
+        if refused:
+            message = "\n".join(str(p) for p in refused)
+            log.warning("refused by the operator's policy: %s", message.replace("\n", "; "))
+            self.events.record(body, "Warning", "PolicyViolation", message)
+            await self._write_status(body, compute_invalid_status(message, "PolicyViolation"))
+            return "invalid"
         owner = Owner(API_VERSION, KIND, isvc.name, meta["uid"])
-        desired = build_children(isvc, owner)
+        desired = build_children(isvc, owner, self.peers)
         initial = build_initial_replicas(isvc) if autoscaled(isvc) else {}
         live = {child_key(obj): obj for obj in self.children.in_group(key)}
         check = make_owner_check(isvc.name, meta["uid"])
-        results = await asyncio.gather(
-            *(
-                self._apply(body, child, live.get(child_key(child)), initial, check, log)
-                for child in desired
-            ),
-            return_exceptions=True,
-        )
-        failures = [r for r in results if isinstance(r, BaseException)]
+
+        async def apply_all(batch: list[dict[str, Any]]) -> list[BaseException]:
+            results = await asyncio.gather(
+                *(
+                    self._apply(body, child, live.get(child_key(child)), initial, check, log)
+                    for child in batch
+                ),
+                return_exceptions=True,
+            )
+            return [r for r in results if isinstance(r, BaseException)]
+
+        # The router's identity first: a router Deployment is only written once its
+        # ServiceAccount (and Role, RoleBinding) are Tandem's own.
+        identity = [c for c in desired if c["kind"] in IDENTITY_KINDS]
+        failures = await apply_all(identity)
+        rest = [c for c in desired if c["kind"] not in IDENTITY_KINDS]
+        foreign = [f for f in failures if isinstance(f, NotOurs)]
+        if foreign:
+            router = child_name(isvc, "router")
+            rest = [c for c in rest if (c["kind"], c["metadata"]["name"]) != ("Deployment", router)]
+            names = ", ".join(
+                f"{f.object.get('kind')} {f.object['metadata']['name']}" for f in foreign
+            )
+            message = (
+                f"not writing Deployment {router}: {names} is not Tandem's, and the router "
+                "would run with it; delete or rename it"
+            )
+            self.events.record(body, "Warning", "RouterBlocked", message)
+            failures.append(RouterBlocked(message))
+        failures += await apply_all(rest)
         for stale in compute_stale(desired, live.values(), meta["uid"]):
             try:
                 await self._delete(body, stale, log)
             except KubeError as err:
                 failures.append(err)
         for failure in failures:
-            if not isinstance(failure, KubeError | NotOurs):
+            if not isinstance(failure, KubeError | NotOurs | RouterBlocked):
                 raise failure
         lasting = [f for f in failures if not (isinstance(f, KubeError) and f.transient)]
         if failures and not lasting:

@@ -82,6 +82,19 @@ class ControllerMetrics:
             ["type", "reason"],
             registry=r,
         )
+        self.events_dropped = Counter(
+            "tandem_operator_events_dropped",
+            "Events not posted, by why: rejected (the API refused it), overflow (too many "
+            "kept during an outage), stopped (the operator stopped with no spool).",
+            ["why"],
+            registry=r,
+        )
+        self.api_outages = Counter(
+            "tandem_operator_api_outages",
+            "Outages of the API server (no answer, 429 or 5xx) of at least the report "
+            "threshold, counted when it answers again.",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "tandem_operator_queue_depth", "InferenceServices waiting to be reconciled.", registry=r
         )

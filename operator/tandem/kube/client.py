@@ -24,6 +24,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
 from tandem import __version__
+from tandem.kube.decode import loads_bounded
 
 MERGE_PATCH = "application/merge-patch+json"
 #: The name the API server records for Tandem's writes in ``metadata.managedFields``.
@@ -166,20 +167,26 @@ class KubeClient:
         query: Mapping[str, str] | None = None,
         content_type: str = JSON,
     ) -> dict[str, Any]:
-        """One request; the decoded JSON answer, or :class:`KubeError`."""
+        """One request; the decoded JSON answer, or :class:`KubeError`. Answers are
+        decoded with bounded nesting (:func:`~tandem.kube.decode.loads_bounded`)."""
         status = 0
         try:
-            data, status, _ = await self._api.call_api(
+            resp = await self._api.call_api(
                 path,
                 method,
                 query_params=self._query(method, query),
                 header_params={"Accept": JSON, "Content-Type": content_type},
                 body=body,
-                response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"],
-                _return_http_data_only=False,
+                _preload_content=False,
+                _return_http_data_only=True,
                 _request_timeout=self.timeout_s,
             )
+            try:
+                status = resp.status
+                raw = await resp.read()
+            finally:
+                resp.release()
         except k8s.ApiException as err:
             status = int(err.status or 0)
             raise _from_api_exception(err, method, path) from None
@@ -194,6 +201,14 @@ class KubeClient:
         finally:
             if self.observer is not None:
                 self.observer(method, path, status)
+        if not 200 <= status <= 299:
+            raise _from_status(status, raw, method, path)
+        try:
+            data = loads_bounded(raw) if raw.strip() else {}
+        except ValueError as err:
+            raise KubeError(
+                status, "BadResponse", f"not JSON: {err}", method=method, path=path
+            ) from None
         return data if isinstance(data, dict) else {}
 
     async def stream(
@@ -227,7 +242,7 @@ class KubeClient:
             async for line in resp.content:
                 if not line.strip():
                     continue
-                obj = json.loads(line)
+                obj = loads_bounded(line)
                 if not isinstance(obj, dict):
                     raise ValueError(f"not a JSON object: {line[:200]!r}")
                 yield obj

@@ -14,7 +14,13 @@ covered by tests against the emulator and a real cluster:
   left alone;
 * **hand-offs are never written.** ``spec.replicas`` of a Deployment whose manifest omits
   it belongs to the autoscaler: it is neither set nor removed, even when a static policy
-  set it before.
+  set it before;
+* **the pod template is owned whole.** Under ``spec.template.spec`` of a Deployment a field
+  someone else added (``privileged``, ``hostPID``, ``initContainers``, ``runAsUser: 0``)
+  is removed too, unless it is a value the API server fills in by default
+  (:data:`POD_SPEC_DEFAULTS`); so a hand-edited engine pod never keeps powers Tandem did
+  not give it. The template's labels and annotations are merged as elsewhere
+  (``kubectl rollout restart`` stamps an annotation there).
 
 The result is an RFC 7386 JSON merge patch. Lists are replaced whole when they differ,
 which is what a merge patch can express for every kind, custom resources included.
@@ -33,6 +39,45 @@ LAST_APPLIED_ANNOTATION = "serving.tandem.dev/last-applied"
 #: Per kind, the fields another writer owns whenever the desired manifest leaves them out.
 HANDED_OFF: dict[str, frozenset[tuple[str, ...]]] = {
     "Deployment": frozenset({("spec", "replicas")}),
+}
+
+#: Per kind, subtrees Tandem owns whole: fields there that Tandem did not set are removed.
+OWNED_WHOLE: dict[str, tuple[str, ...]] = {"Deployment": ("spec", "template", "spec")}
+
+_PROBE_DEFAULTS = {
+    ("timeoutSeconds",): 1,
+    ("periodSeconds",): 10,
+    ("successThreshold",): 1,
+    ("failureThreshold",): 3,
+    ("httpGet", "scheme"): "HTTP",
+}
+_CONTAINER_DEFAULTS: dict[tuple[str, ...], Any] = {
+    ("terminationMessagePath",): "/dev/termination-log",
+    ("terminationMessagePolicy",): "File",
+    ("imagePullPolicy",): ("Always", "IfNotPresent"),
+    ("resources",): {},
+    ("ports", "protocol"): "TCP",
+    ("env", "valueFrom", "fieldRef", "apiVersion"): "v1",
+    **{
+        (probe, *key): value
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe")
+        for key, value in _PROBE_DEFAULTS.items()
+        if value is not None
+    },
+}
+#: What the API server fills into a pod template that leaves it out, by path inside the
+#: pod spec (list indices left out); a tuple lists the values it may choose between.
+POD_SPEC_DEFAULTS: dict[tuple[str, ...], Any] = {
+    ("dnsPolicy",): "ClusterFirst",
+    ("restartPolicy",): "Always",
+    ("schedulerName",): "default-scheduler",
+    ("terminationGracePeriodSeconds",): 30,
+    ("securityContext",): {},
+    ("enableServiceLinks",): True,
+    ("volumes", "emptyDir"): {},
+    ("volumes", "secret", "defaultMode"): 420,
+    ("volumes", "configMap", "defaultMode"): 420,
+    **{("containers", *key): value for key, value in _CONTAINER_DEFAULTS.items()},
 }
 
 _MISSING: Any = object()
@@ -138,8 +183,10 @@ def compute_apply_patch(
     dict_keys(['annotations'])
     """
     want = with_last_applied(desired)
-    handed = HANDED_OFF.get(str(desired.get("kind")), frozenset())
-    patch = _diff(want, dict(live), last_applied(live), (), handed)
+    kind = str(desired.get("kind"))
+    handed = HANDED_OFF.get(kind, frozenset())
+    owned = OWNED_WHOLE.get(kind)
+    patch = _diff(want, dict(live), last_applied(live), (), handed, owned)
     return patch or None
 
 
@@ -149,6 +196,7 @@ def _diff(
     before: dict[str, Any],
     path: tuple[str, ...],
     handed: frozenset[tuple[str, ...]],
+    owned: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in want.items():
@@ -156,31 +204,65 @@ def _diff(
         was = before.get(key, _MISSING)
         here = (*path, key)
         if isinstance(value, dict) and isinstance(have, dict):
-            sub = _diff(value, have, was if isinstance(was, dict) else {}, here, handed)
+            sub = _diff(value, have, was if isinstance(was, dict) else {}, here, handed, owned)
             if sub:
                 out[key] = sub
         elif isinstance(value, list):
             unchanged = was is _MISSING or _prune(was) == value
-            if not (isinstance(have, list) and unchanged and _list_covers(value, have, here)):
+            covered = isinstance(have, list) and _list_covers(value, have, here, owned)
+            if not (unchanged and covered):
                 out[key] = value
-        elif not _covers(value, have, here):
+        elif not _covers(value, have, here, owned):
             out[key] = value
     for key in before:
         if key not in want and key in live and (*path, key) not in handed:
             out[key] = None
+    if _is_owned(path, owned):
+        for key, have in live.items():
+            if key not in want and not _is_default(path, key, have, want, owned):
+                out[key] = None
     return out
 
 
-def _covers(want: Any, have: Any, path: tuple[str, ...]) -> bool:
-    """Whether ``have`` carries everything ``want`` says (server additions allowed)."""
+def _is_owned(path: tuple[str, ...], owned: tuple[str, ...] | None) -> bool:
+    return owned is not None and path[: len(owned)] == owned
+
+
+def _is_default(
+    path: tuple[str, ...],
+    key: str,
+    have: Any,
+    want: Mapping[str, Any],
+    owned: tuple[str, ...] | None,
+) -> bool:
+    """Whether ``key: have``, absent from ``want`` at ``path``, is the server's default."""
+    relative = (*path[len(owned or ()) :], key)
+    if relative == ("serviceAccount",):  # the server mirrors serviceAccountName here
+        return bool(have == want.get("serviceAccountName"))
+    default = POD_SPEC_DEFAULTS.get(relative, _MISSING)
+    if isinstance(default, tuple):
+        return have in default
+    return default is not _MISSING and have == default
+
+
+def _covers(
+    want: Any, have: Any, path: tuple[str, ...], owned: tuple[str, ...] | None = None
+) -> bool:
+    """Whether ``have`` carries everything ``want`` says (server additions allowed, and
+    inside an owned subtree only the server's defaults)."""
     if have is _MISSING:
         return False
     if isinstance(want, dict):
-        return isinstance(have, dict) and all(
-            k in have and _covers(v, have[k], (*path, k)) for k, v in want.items()
+        return (
+            isinstance(have, dict)
+            and all(k in have and _covers(v, have[k], (*path, k), owned) for k, v in want.items())
+            and (
+                not _is_owned(path, owned)
+                or all(k in want or _is_default(path, k, v, want, owned) for k, v in have.items())
+            )
         )
     if isinstance(want, list):
-        return isinstance(have, list) and _list_covers(want, have, path)
+        return isinstance(have, list) and _list_covers(want, have, path, owned)
     if want == have and type(want) is type(have):
         return True
     if (len(path) >= 2 and path[-2] in _QUANTITY_PARENTS) or path[-1:] == ("sizeLimit",):
@@ -189,7 +271,9 @@ def _covers(want: Any, have: Any, path: tuple[str, ...]) -> bool:
     return False
 
 
-def _list_covers(want: list[Any], have: list[Any], path: tuple[str, ...]) -> bool:
+def _list_covers(
+    want: list[Any], have: list[Any], path: tuple[str, ...], owned: tuple[str, ...] | None = None
+) -> bool:
     return len(want) == len(have) and all(
-        _covers(w, h, path) for w, h in zip(want, have, strict=True)
+        _covers(w, h, path, owned) for w, h in zip(want, have, strict=True)
     )

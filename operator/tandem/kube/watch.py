@@ -63,7 +63,10 @@ async def list_objects(client: KubeClient, query: Query) -> tuple[list[dict[str,
 
 
 async def watch_objects(
-    client: KubeClient, query: Query, resource_version: str | None
+    client: KubeClient,
+    query: Query,
+    resource_version: str | None,
+    timeout_s: float = WATCH_TIMEOUT_S,
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """``(type, object)`` of each event after ``resource_version``, bookmarks included,
     until the server ends the watch. An ``ERROR`` event (a 410 when the version expired)
@@ -72,12 +75,12 @@ async def watch_objects(
         **query.params(),
         "watch": "true",
         "allowWatchBookmarks": "true",
-        "timeoutSeconds": str(WATCH_TIMEOUT_S),
+        "timeoutSeconds": str(max(1, round(timeout_s))),
     }
     if resource_version is not None:
         params["resourceVersion"] = resource_version
     path = query.resource.path(query.namespace)
-    async for event in client.stream(path, query=params, timeout_s=WATCH_TIMEOUT_S + 30):
+    async for event in client.stream(path, query=params, timeout_s=timeout_s + 30):
         kind, obj = event.get("type"), event.get("object")
         if not isinstance(kind, str) or not isinstance(obj, dict):
             raise ValueError(f"malformed watch event: {str(event)[:200]}")
@@ -91,12 +94,19 @@ class ListWatch:
     """One query listed, then watched forever: :meth:`relist` once, then :meth:`run`."""
 
     def __init__(
-        self, client: KubeClient, query: Query, on_list: OnList, on_event: OnEvent
+        self,
+        client: KubeClient,
+        query: Query,
+        on_list: OnList,
+        on_event: OnEvent,
+        *,
+        watch_timeout_s: float = WATCH_TIMEOUT_S,
     ) -> None:
         self.client = client
         self.query = query
         self.on_list = on_list
         self.on_event = on_event
+        self.watch_timeout_s = watch_timeout_s
         self.resource_version: str | None = None
 
     async def relist(self) -> None:
@@ -110,7 +120,7 @@ class ListWatch:
         while True:
             try:
                 async for kind, obj in watch_objects(
-                    self.client, self.query, self.resource_version
+                    self.client, self.query, self.resource_version, self.watch_timeout_s
                 ):
                     version = (obj.get("metadata") or {}).get("resourceVersion")
                     if version is not None:

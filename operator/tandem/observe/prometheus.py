@@ -11,6 +11,7 @@ never raises: it is reported in the observation, with its PromQL, for status.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -30,6 +31,9 @@ from tandem.observe.session import SessionOwner
 from tandem.observe.source import PoolTargets
 from tandem.observe.types import Observation
 
+#: Largest answer read from one query (a vector of a few hundred series is ~100 KiB).
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+
 
 async def fetch_query(
     session: aiohttp.ClientSession,
@@ -38,18 +42,30 @@ async def fetch_query(
     timeout_s: float,
     at_s: float | None = None,
 ) -> Vector:
-    """One instant query; raises :class:`PrometheusQueryError` on any failure."""
+    """One instant query (a GET: a query changes nothing); raises
+    :class:`PrometheusQueryError` on any failure. The answer is read up to
+    :data:`MAX_ANSWER_BYTES` and never quoted in the error."""
     form = {"query": promql, "timeout": f"{timeout_s:g}"}
     if at_s is not None:
         form["time"] = f"{at_s:.3f}"
     url = base_url.rstrip("/") + "/api/v1/query"
     try:
-        async with asyncio.timeout(timeout_s), session.post(url, data=form) as resp:
+        async with (
+            asyncio.timeout(timeout_s),
+            session.get(url, params=form, allow_redirects=False) as resp,
+        ):
+            raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+            if len(raw) > MAX_ANSWER_BYTES:
+                raise PrometheusQueryError(
+                    f"HTTP {resp.status} from {url}: answer larger than {MAX_ANSWER_BYTES} bytes"
+                )
             try:
-                payload = await resp.json(content_type=None)
+                payload = json.loads(raw)
             except ValueError:
-                text = (await resp.text())[:200]
-                raise PrometheusQueryError(f"HTTP {resp.status} from {url}: {text}") from None
+                kind = resp.headers.get("Content-Type", "no content type")[:60]
+                raise PrometheusQueryError(
+                    f"HTTP {resp.status} from {url}: not JSON ({kind}, {len(raw)} bytes)"
+                ) from None
     except TimeoutError:
         raise PrometheusQueryError(f"no answer from {url} within {timeout_s:g} s") from None
     except aiohttp.ClientError as err:

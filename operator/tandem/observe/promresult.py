@@ -45,13 +45,23 @@ class PoolSize:
     ``failed``. Empty: whichever pods Prometheus has."""
 
 
+#: The ``errorType`` values of Prometheus's HTTP API.
+ERROR_TYPES = frozenset(
+    {"bad_data", "execution", "timeout", "canceled", "internal", "unavailable", "not_found"}
+)
+
+
 def parse_query_response(payload: Any) -> Vector:
     """The series of an ``/api/v1/query`` answer; raises :class:`PrometheusQueryError`."""
     if not isinstance(payload, dict):
-        raise PrometheusQueryError(f"not a Prometheus API answer: {str(payload)[:200]}")
+        raise PrometheusQueryError(f"not a Prometheus API answer (a JSON {type(payload).__name__})")
     if payload.get("status") != "success":
-        kind, error = payload.get("errorType", "error"), payload.get("error", payload)
-        raise PrometheusQueryError(f"{kind}: {error}")
+        # Only Prometheus's own error vocabulary: nothing of an answer's free text reaches
+        # status or Events (a URL that is not Prometheus could put anything there).
+        kind = payload.get("errorType")
+        raise PrometheusQueryError(
+            f"query failed: {kind}" if kind in ERROR_TYPES else "query failed (no known errorType)"
+        )
     try:
         data = payload["data"]
         if data["resultType"] == "scalar":
@@ -63,7 +73,7 @@ def parse_query_response(payload: Any) -> Vector:
             for item in data["result"]
         ]
     except (KeyError, IndexError, TypeError, ValueError) as err:
-        raise PrometheusQueryError(f"malformed answer ({err!r})") from None
+        raise PrometheusQueryError(f"malformed answer ({type(err).__name__})") from None
 
 
 def compute_prometheus_observation(
