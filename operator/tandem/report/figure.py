@@ -63,6 +63,7 @@ def render_timeline_png(
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     scale = 60.0 if time_unit == "min" else 1.0
     fig, axes = plt.subplots(4, 1, figsize=(11, 12), sharex=True)
@@ -93,6 +94,7 @@ def render_timeline_png(
         ttft.plot(times, _clean(run.ttft_s), color=color, lw=0.8, label=name)
         itl.plot(times, [v * 1000 for v in _clean(run.itl_s)], color=color, lw=0.8)
     replicas.set_ylabel("replicas")
+    replicas.yaxis.set_major_locator(MaxNLocator(integer=True))
     replicas.legend(fontsize=7, ncol=4, loc="upper left")
     if targets.ttft_s:
         ttft.axhline(targets.ttft_s, color="red", ls=":", lw=1, label="target")
