@@ -46,7 +46,9 @@ def register(sub: Any) -> None:
         metavar="TRACE",
         help="replay this trace (Azure CSV or JSONL) against the endpoint",
     )
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the trace's rate (1)")
+    p.add_argument(
+        "--rate-scale", type=float, default=1.0, metavar="X", help="multiply the trace's rate (1)"
+    )
     p.add_argument(
         "--duration",
         type=float,

@@ -122,11 +122,13 @@ async def run_up(isvc: InferenceService, opts: UpOptions, out: TextIO = sys.stdo
     )
     stats = LoadStats() if opts.trace is not None else None
     load: asyncio.Task[LoadStats] | None = None
+    up = False
     try:
         with view:
             for role, pool in isvc.spec.pools().items():
                 await fleet.scale(role, pool.replicas.start)
-            await _wait_ready(isvc, fleet, view)
+            await _wait_ready(isvc, fleet, timeline, clock, view)
+            up = True
             if opts.trace is not None and stats is not None:
                 load = asyncio.create_task(
                     replay_trace(
@@ -154,7 +156,8 @@ async def run_up(isvc: InferenceService, opts: UpOptions, out: TextIO = sys.stdo
         timeline.pids = list(fleet.spawned)
         if opts.json_out is not None:
             opts.json_out.write_text(json.dumps(timeline.to_dict(), indent=1))
-        timeline.summary = _finish(isvc, config, opts, fleet, timeline, stats, end_s, view)
+        if up:  # a fleet that never came up has nothing to sum up: the error says why
+            timeline.summary = _finish(isvc, config, opts, fleet, timeline, stats, end_s, view)
     return timeline
 
 
@@ -181,13 +184,20 @@ def _launch(isvc: InferenceService, opts: UpOptions) -> EngineLaunch:
     return EngineLaunch("vllm", str(install.vllm), flags=flags)
 
 
-async def _wait_ready(isvc: InferenceService, fleet: LocalFleet, view: LiveView) -> None:
+async def _wait_ready(
+    isvc: InferenceService,
+    fleet: LocalFleet,
+    timeline: Timeline,
+    clock: Callable[[], float],
+    view: LiveView,
+) -> None:
     """Until every pool has its first pods ready; :class:`UpError` when one exits first
     or ``engine.startupTimeout`` passes."""
     deadline = time.monotonic() + isvc.spec.engine.startup_timeout
     async with aiohttp.ClientSession() as session:
         while True:
             await fleet.refresh(session)
+            _sample(timeline, fleet, clock())
             view.starting(fleet)
             if fleet.failures:
                 raise UpError(fleet.failures[0])
@@ -234,11 +244,7 @@ async def _loop(
             for failure in fleet.failures[reported:]:
                 view.say(f"t={now:.1f}s engine failed: {failure}")
             reported = len(fleet.failures)
-            for role in timeline.pools:
-                timeline.pools[role].append(
-                    {"t": round(now, 2), "desired": fleet.replicas(role),
-                     "ready": len(fleet.ready(role))}
-                )  # fmt: skip
+            _sample(timeline, fleet, now)
             if now >= next_tick:
                 next_tick += interval
                 obs = replace(await scraper.observe(fleet.targets(), routers), now_s=now)
@@ -256,6 +262,13 @@ async def _loop(
             else:
                 view.update(now, fleet, None, None, stats)
             await asyncio.sleep(min(1.0, max(0.05, next_tick - clock())))
+
+
+def _sample(timeline: Timeline, fleet: LocalFleet, now_s: float) -> None:
+    for role, samples in timeline.pools.items():
+        samples.append(
+            {"t": round(now_s, 2), "desired": fleet.replicas(role), "ready": len(fleet.ready(role))}
+        )
 
 
 def _finish(

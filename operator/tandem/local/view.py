@@ -104,6 +104,7 @@ class LiveView:
         if stats is not None:
             self.progress.update(
                 self._task,
+                total=stats.planned or None,
                 completed=stats.sent,
                 detail=f"served {stats.ok}, failed {stats.failed}",
             )
