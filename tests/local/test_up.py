@@ -244,3 +244,15 @@ def test_an_engine_that_dies_while_starting_stops_the_run_with_its_log(
     started = (logs / "tiny-prefill-0.log").read_text().splitlines()[0]
     assert started.startswith(f"$ {fake} serve --model {model} --served-model-name tiny-llama")
     assert "--host 127.0.0.1 --port" in started and "--enforce-eager" in started
+
+
+def test_the_tiny_model_writer_names_the_install_it_needs(tmp_path: Path) -> None:
+    """``tandem engine tiny-model`` runs with vLLM's venv (torch, transformers); without
+    one it says how to get it. (Writing the model: tests/local/test_up_vllm.py.)"""
+    run = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "engine", "tiny-model", str(tmp_path / "m"),
+         "--vllm", str(tmp_path / "nowhere" / "vllm")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 1 and "bash .ci/install-vllm" in run.stderr, run.stderr
+    assert not (tmp_path / "m").exists()
