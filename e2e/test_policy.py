@@ -212,6 +212,10 @@ def test_the_admission_policy_refuses_what_the_policy_values_do_not_allow(
     assert refused is not None and "must start with tandem-model-" in refused
     secret["spec"]["model"]["secretRef"]["name"] = "tandem-model-s3"
     assert _dry_run(cluster, release, secret) is None
+    local = _isvc("laptop")
+    local["spec"]["model"]["uri"] = "file:///home/me/tiny-llama"
+    refused = _dry_run(cluster, release, local)
+    assert refused is not None and "file:// models are served by tandem up only" in refused
     for url, allowed in (
         (PROMETHEUS, True),
         (PROMETHEUS + "/sub", True),

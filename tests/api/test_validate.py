@@ -106,7 +106,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "bad uri scheme",
         with_path(BASE, "spec.model.uri", "http://example/model"),
         "spec.model.uri",
-        "hf://org/name[@revision], pvc://claim/path or s3://bucket/path",
+        "hf://org/name[@revision], pvc://claim/path, s3://bucket/path or file:///abs/path",
     ),
     (
         "missing model",
@@ -262,6 +262,24 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "without '.' or '..' path segments",
     ),
     (
+        "file uri with a host",
+        with_path(BASE, "spec.model.uri", "file://laptop/models/tiny"),
+        "spec.model.uri",
+        "file:///abs/path",
+    ),
+    (
+        "file uri that is relative",
+        with_path(BASE, "spec.model.uri", "file://models/tiny"),
+        "spec.model.uri",
+        "file:///abs/path",
+    ),
+    (
+        "file uri climbing out",
+        with_path(BASE, "spec.model.uri", "file:///models/../etc"),
+        "spec.model.uri",
+        "without '.' or '..' path segments",
+    ),
+    (
         "spec too large for last-applied",
         with_path(BASE, "spec.engine.extraArgs", ["--enforce-eager=" + "x" * 1000] * 40),
         "spec",
@@ -362,6 +380,14 @@ def test_valid_manifest_loads_with_defaults() -> None:
     assert isvc.spec.qos.ttft.seconds == 1.0 and isvc.spec.qos.ttft.percentile == 90
     assert isvc.spec.engine.kv_transfer.connector == "NixlConnector"
     assert set(isvc.spec.pools()) == {"prefill", "decode"}
+
+
+def test_a_local_model_folder_is_a_valid_uri() -> None:
+    """``file:///abs/path`` is for ``tandem up``: the API takes it (the operator refuses
+    it for a cluster, tests/operator/test_restrictions.py)."""
+    manifest = with_path(BASE, "spec.model.uri", "file:///home/me/models/tiny-llama")
+    assert validate_manifest(manifest) == []
+    assert load_inference_service(manifest).spec.model.uri.startswith("file:///")
 
 
 def test_spec_error_message_lists_problems() -> None:

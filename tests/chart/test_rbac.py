@@ -245,3 +245,22 @@ def test_the_admission_policy_and_the_operator_read_the_same_policy_values(
     assert prefixes and all(f"'{p}'" in images for p in prefixes)
     assert "--model-secrets=prefixed" in command
     assert not [a for a in command if a.startswith("--allowed-prometheus-url")]
+
+
+def test_the_admission_policy_refuses_a_local_model_folder_in_every_install(
+    renders: dict[str, Rendered],
+) -> None:
+    """``file://`` is for ``tandem up``; the API server refuses it as the operator does."""
+    checked = 0
+    for rendered in renders.values():
+        policies = [
+            p
+            for p in rendered.of_kind("ValidatingAdmissionPolicy")
+            if p["metadata"]["name"].endswith("-inferenceservices")
+        ]
+        for policy in policies:
+            rules = [v for v in policy["spec"]["validations"] if "file://" in v["expression"]]
+            assert len(rules) == 1, rendered
+            assert "spec.model.uri" in rules[0]["message"] and "pvc://" in rules[0]["message"]
+            checked += 1
+    assert checked >= 3, "no install rendered the InferenceService admission policy"

@@ -93,3 +93,19 @@ async def test_a_metrics_url_the_operator_does_not_allow_is_never_queried(
     await settle(op, k, quiet_s=2.0)
     assert hits == []
     assert condition(isvc(k, "chat"), "MetricsAvailable") is None
+
+
+async def test_a_local_model_folder_is_refused_whatever_the_policy(
+    k: Emulator, api: Api, operators: Callable[..., Any]
+) -> None:
+    """``file://`` is for ``tandem up``: no pod has the folder. The message names the field
+    and the volume that would provide it."""
+    op = await operators()  # the default restrictions allow anything else
+    await create(
+        api, make_manifest("laptop", model={"name": "m", "uri": "file:///home/me/tiny-llama"})
+    )
+    ready = await _refused(k, "laptop")
+    assert "spec.model.uri" in ready["message"] and "tandem up" in ready["message"]
+    assert "pvc://CLAIM/PATH" in ready["message"]
+    await settle(op, k)
+    assert children(k, service="laptop") == {}

@@ -24,11 +24,14 @@ from tandem.api.vocab import Mode, Objective, PolicyName, PoolRole
 _SEGMENT = (
     r"([-A-Za-z0-9_+=,@~%]|\.[-A-Za-z0-9_+=,@~%]|\.\.[-A-Za-z0-9_.+=,@~%])[-A-Za-z0-9_.+=,@~%]*"
 )
-#: ``hf://org/name[@revision]``, ``pvc://claim/path`` or ``s3://bucket/path``.
+#: ``hf://org/name[@revision]``, ``pvc://claim/path``, ``s3://bucket/path`` or
+#: ``file:///abs/path`` (a folder on this machine: ``tandem up`` only, the operator
+#: refuses it, :mod:`tandem.control.restrictions`).
 MODEL_URI_PATTERN = (
     r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+(@" + _SEGMENT + r"(/" + _SEGMENT + r")*)?"
     r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/" + _SEGMENT + r")*/?"
-    r"|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/" + _SEGMENT + r")*/?)$"
+    r"|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/" + _SEGMENT + r")*/?"
+    r"|file://(/" + _SEGMENT + r")+/?)$"
 )
 #: An extended resource (``nvidia.com/gpu``): a domain-qualified name. Names without a
 #: domain (``cpu``, ``memory``) are the pod's own resources and would override them.
@@ -70,8 +73,10 @@ class ModelSpec(Model):
     uri: str = Field(
         pattern=MODEL_URI_PATTERN,
         max_length=1024,
-        description="Weights: hf://org/name[@revision], pvc://claim/path or s3://bucket/path "
-        "(no '.' or '..' path segments).",
+        description="Weights: hf://org/name[@revision], pvc://claim/path, s3://bucket/path, "
+        "or file:///abs/path, a model folder on the machine `tandem up` runs on (the "
+        "operator refuses file://: in a cluster put the folder on a volume and use "
+        "pvc://). No '.' or '..' path segments.",
     )
     secret_ref: SecretRef | None = Field(default=None, description="Credentials for the source.")
     max_model_len: int | None = Field(

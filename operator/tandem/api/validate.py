@@ -39,8 +39,8 @@ PATTERN_HELP: dict[str, str] = {
     "'-', ending with a letter or digit (it names the router's Service), e.g. 'chat'",
     DNS_LABEL_PATTERN: "a lowercase DNS label: letters, digits and '-', starting and ending "
     "with a letter or digit, e.g. 'team-a'",
-    MODEL_URI_PATTERN: "hf://org/name[@revision], pvc://claim/path or s3://bucket/path, "
-    "without '.' or '..' path segments or spaces",
+    MODEL_URI_PATTERN: "hf://org/name[@revision], pvc://claim/path, s3://bucket/path or "
+    "file:///abs/path (tandem up only), without '.' or '..' path segments or spaces",
     EXTENDED_RESOURCE_PATTERN: "a domain-qualified extended resource such as "
     "'nvidia.com/gpu' or 'amd.com/gpu' (cpu and memory are set by cpu/memory)",
     r"^[A-Za-z0-9][-A-Za-z0-9_.:/]*$": "letters, digits and '-_.:/', starting with a "

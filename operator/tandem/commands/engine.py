@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tandem.commands import tinymodel
+
 
 def _size(text: str) -> int:
     """``4096``, ``4k`` or ``4K`` (vLLM's --max-model-len syntax)."""
@@ -30,7 +32,9 @@ def _size(text: str) -> int:
 
 
 def register(sub: Any) -> None:
-    engine: argparse.ArgumentParser = sub.add_parser("engine", help="engine tools (simulator)")
+    engine: argparse.ArgumentParser = sub.add_parser(
+        "engine", help="engine tools (simulator, the tiny model for real vLLM)"
+    )
     engine_sub = engine.add_subparsers(dest="engine_command", metavar="ENGINE_COMMAND")
 
     def engine_help(_args: argparse.Namespace) -> int:
@@ -123,6 +127,7 @@ def register(sub: Any) -> None:
     g.add_argument("--shutdown-timeout", type=float, default=0.0)
     g.add_argument("--log-level", default="warning")
     p.set_defaults(func=run_sim)
+    tinymodel.register(engine_sub)
 
 
 def _load_mapping(path: Path) -> dict[str, Any]:

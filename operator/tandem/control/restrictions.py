@@ -7,6 +7,10 @@ choices here; the chart sets them from its ``policy`` values and ships the same 
 a ValidatingAdmissionPolicy, so the API server refuses a violating spec up front and the
 operator, as the second line, reports one that got in (``Ready=False``,
 ``PolicyViolation``) and builds and queries nothing for it.
+
+One refusal no setting lifts: a ``file://`` model. It names a folder on the machine
+``tandem up`` runs on, which no pod has; the message says how a volume provides the
+folder instead (``pvc://``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ def check_restrictions(isvc: InferenceService, rules: Restrictions) -> list[Prob
     """
     spec = isvc.spec
     problems: list[Problem] = []
+    if spec.model.uri.startswith("file://"):
+        problems.append(Problem("spec.model.uri", local_model_message(spec.model.uri)))
     allowed = ", ".join(rules.image_prefixes) or "(none)"
     for path, image in (
         ("spec.engine.image", spec.engine.image),
@@ -91,6 +97,21 @@ def check_restrictions(isvc: InferenceService, rules: Restrictions) -> list[Prob
             )
         )
     return problems
+
+
+def local_model_message(uri: str) -> str:
+    """Why a cluster cannot serve a ``file://`` model, and what to write instead.
+
+    >>> "pvc://CLAIM/PATH" in local_model_message("file:///srv/m")
+    True
+    """
+    return (
+        f"{uri!r} is a folder on one machine: only `tandem up` serves file:// models. "
+        "In a cluster a volume provides the folder: put it on a PersistentVolume (NFS, "
+        "a cloud disk, or hostPath/local where the folder is on the nodes), bind a "
+        "PersistentVolumeClaim to it and set model.uri to pvc://CLAIM/PATH (mounted "
+        "read-only at /models/CLAIM/PATH); or use hf://org/name or s3://bucket/path"
+    )
 
 
 def is_allowed_url(url: str, allowed: tuple[str, ...]) -> bool:

@@ -1,42 +1,35 @@
 """The local fleet: pools of engine processes, scaled like Deployments. Does I/O.
 
-``scale(role, n)`` adds pods (they become ready after the cold start) or removes the
-least-loaded ones (lowest ``pod-deletion-cost``, as the ReplicaSet controller would),
-after taking them out of the router so no new request reaches them.
+``scale(role, n)`` adds pods (ready after their cold start) or removes the least-loaded
+ones (lowest ``pod-deletion-cost``, as the ReplicaSet controller would): each leaves the
+router first, then drains and stops as a terminating pod does
+(:func:`~tandem.local.processes.stop_engine`), in the background, so the autoscaler's
+loop never waits on a drain. A pod's life, from its start to its process being reaped,
+is recorded for the GPU-seconds of the summary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import aiohttp
 
 from tandem.api import InferenceService
 from tandem.api.vocab import PoolRole
-from tandem.local.processes import EnginePod, check_ready, spawn_engine, stop_engine
-from tandem.manifests.vllm_args import build_sim_args
+from tandem.local.engines import EngineLaunch
+from tandem.local.processes import EnginePod, check_health, free_port, spawn_engine, stop_engine
+from tandem.local.summary import PodLife
 from tandem.observe.source import PoolTargets, metrics_url
 
-
-def build_local_engine_args(
-    isvc: InferenceService, role: PoolRole, cold_start_s: float
-) -> list[str]:
-    """The sim engine's arguments for ``role``, as the cluster builders emit them, minus
-    the listen address (chosen locally) and plus the modelled cold start."""
-    args = build_sim_args(isvc, role)
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--host", "--port"):
-            skip = True
-            continue
-        out.append(arg)
-    return [*out, "--startup-delay", f"{cold_start_s:g}"]
+#: The engines' readiness probe, locally: a check's timeout, and how many fail in a row
+#: before a pod leaves the router (the pods' probe: 5 s, 3 failures, every 5 s).
+READINESS_TIMEOUT_S = 2.0
+READINESS_FAILURES = 3
 
 
 class LocalFleet:
@@ -45,25 +38,34 @@ class LocalFleet:
     def __init__(
         self,
         isvc: InferenceService,
-        cold_start_s: float,
+        launch: EngineLaunch,
         clock: Callable[[], float],
         on_change: Callable[[PoolRole, list[str]], None],
+        log_dir: Path | None = None,
     ) -> None:
         self.isvc = isvc
-        self.cold_start_s = cold_start_s
+        self.launch = launch
         self.clock = clock
         self.on_change = on_change
+        self.log_dir = log_dir
         self.pods: dict[PoolRole, list[EnginePod]] = {role: [] for role in isvc.spec.pools()}
         self._ids = itertools.count()
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._retiring: dict[EnginePod, asyncio.Task[None]] = {}
+        self._ended: list[PodLife] = []
         self.spawned: list[int] = []
         """Process ids of every pod ever started (for checks that none is left)."""
+        self.failures: list[str] = []
+        """Pods that exited before they were ever ready, each with its log's last lines."""
 
     def replicas(self, role: PoolRole) -> int:
         return len(self.pods[role])
 
     def ready(self, role: PoolRole) -> list[EnginePod]:
         return [p for p in self.pods[role] if p.ready]
+
+    def draining(self) -> int:
+        """Pods out of the router that are still draining or stopping."""
+        return len(self._retiring)
 
     def targets(self) -> dict[PoolRole, PoolTargets]:
         """What the scraper reads: each pool's size and its ready pods' metrics URLs."""
@@ -76,48 +78,95 @@ class LocalFleet:
             for role, pods in self.pods.items()
         }
 
+    def lives(self) -> list[PodLife]:
+        """Every pod's life so far: ended ones, and those still running up to now."""
+        now = self.clock()
+        running = [p for pods in self.pods.values() for p in pods] + list(self._retiring)
+        return self._ended + [PodLife(p.role, p.started_s, now) for p in running]
+
     async def scale(
         self, role: PoolRole, replicas: int, costs: Mapping[str, int] | None = None
     ) -> None:
         pods = self.pods[role]
         while len(pods) < replicas:
-            name = f"{self.isvc.name}-{role}-{next(self._ids)}"
-            args = build_local_engine_args(self.isvc, role, self.cold_start_s)
-            pod = await spawn_engine(name, role, args, self.clock())
-            self.spawned.append(pod.process.pid)
-            pods.append(pod)
+            pods.append(await self._spawn(role))
         if len(pods) > replicas:
             order = sorted(pods, key=lambda p: (p.ready, (costs or {}).get(p.name, 0)))
-            for pod in order[: len(pods) - replicas]:
+            leaving = order[: len(pods) - replicas]
+            for pod in leaving:
                 pods.remove(pod)
-                task = asyncio.create_task(stop_engine(pod))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
-            self._publish(role)
+            self._publish(role)  # out of the router before anything else happens to it
+            for pod in leaving:
+                self._retiring[pod] = asyncio.create_task(self._retire(pod))
+
+    async def _spawn(self, role: PoolRole) -> EnginePod:
+        name = f"{self.isvc.name}-{role}-{next(self._ids)}"
+        port, side_channel_port = free_port(), free_port()
+        command = self.launch.command(self.isvc, role, port, side_channel_port, os.environ)
+        log_path = None if self.log_dir is None else self.log_dir / f"{name}.log"
+        pod = await spawn_engine(
+            name, role, command.argv, command.env, port, self.clock(), log_path, command.env_drop
+        )
+        self.spawned.append(pod.process.pid)
+        return pod
+
+    async def _retire(self, pod: EnginePod) -> None:
+        try:
+            await stop_engine(pod, self.isvc.spec.engine.shutdown_timeout)
+            self._end(pod)
+        finally:
+            self._retiring.pop(pod, None)
+
+    def _end(self, pod: EnginePod) -> None:
+        if pod.ended_s is None:
+            pod.ended_s = self.clock()
+            self._ended.append(PodLife(pod.role, pod.started_s, pod.ended_s))
 
     async def refresh(self, session: aiohttp.ClientSession) -> None:
-        """Mark pods ready as their health turns 200; drop pods whose process died."""
-        for role, pods in self.pods.items():
-            changed = False
-            for pod in list(pods):
-                if not pod.alive:
-                    pods.remove(pod)
-                    changed = True
-                    continue
-                ready = await check_ready(session, pod)
-                if ready != pod.ready:
-                    pod.ready, changed = ready, True
-                    if ready and pod.ready_s is None:
-                        pod.ready_s = self.clock()
-            if changed:
-                self._publish(role)
+        """Check every pod's health at once: ready on the first good check, not ready
+        after :data:`READINESS_FAILURES` bad ones in a row; drop pods whose process died
+        (the next tick replaces them, as a Deployment would)."""
+        pods = [p for role_pods in self.pods.values() for p in role_pods]
+        healthy = await asyncio.gather(
+            *(check_health(session, p, READINESS_TIMEOUT_S) for p in pods)
+        )
+        changed: set[PoolRole] = set()
+        for pod, ok in zip(pods, healthy, strict=True):
+            role = pod.role
+            if not pod.alive:
+                self.pods[role].remove(pod)
+                changed.add(role)
+                if pod.ready_s is None:
+                    self.failures.append(
+                        f"{pod.name} exited with {pod.process.returncode} before it was "
+                        f"ready; last lines of its log:\n{pod.log_tail()}"
+                    )
+                await stop_engine(pod, 0.0, drain=False)  # reap it and its children
+                self._end(pod)
+                continue
+            pod.failed_checks = 0 if ok else pod.failed_checks + 1
+            ready = ok or (pod.ready and pod.failed_checks < READINESS_FAILURES)
+            if ready != pod.ready:
+                pod.ready = ready
+                changed.add(role)
+                if ready and pod.ready_s is None:
+                    pod.ready_s = self.clock()
+        for role in changed:
+            self._publish(role)
 
     def _publish(self, role: PoolRole) -> None:
         self.on_change(role, [p.url for p in self.ready(role)])
 
     async def close(self) -> None:
-        """Stop every pod and wait until all processes are reaped."""
-        everything = [p for pods in self.pods.values() for p in pods]
+        """Stop every pod, draining ones included, and wait until all are reaped. Nothing
+        routes to them any more, so no drain: SIGTERM, then SIGKILL after 5 s."""
+        for task in list(self._retiring.values()):
+            task.cancel()
+        everything = [p for pods in self.pods.values() for p in pods] + list(self._retiring)
         for pods in self.pods.values():
             pods.clear()
-        await asyncio.gather(*(stop_engine(p, grace_s=5.0) for p in everything), *self._stopping)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._retiring.values(), return_exceptions=True)
+        await asyncio.gather(*(stop_engine(p, 0.0, drain=False) for p in everything))
+        for pod in everything:
+            self._end(pod)

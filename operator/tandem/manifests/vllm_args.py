@@ -27,16 +27,22 @@ class ModelSource:
     revision: str | None = None
     pvc_claim: str | None = None
     load_format: str | None = None
+    local: bool = False
+    """A folder on the machine the engine runs on (``file://``): ``tandem up`` serves it;
+    no pod has it, so the operator refuses it (:mod:`tandem.control.restrictions`)."""
 
 
 def parse_model_uri(uri: str) -> ModelSource:
     """``hf://org/name@rev`` → Hub id + revision; ``pvc://claim/path`` → a mounted path;
-    ``s3://bucket/path`` → streamed with the Run:ai model streamer.
+    ``s3://bucket/path`` → streamed with the Run:ai model streamer; ``file:///abs/path``
+    → that local folder.
 
     >>> parse_model_uri("hf://meta-llama/Llama-3.1-8B-Instruct@main").revision
     'main'
     >>> parse_model_uri("pvc://weights/llama/8b").model
     '/models/weights/llama/8b'
+    >>> parse_model_uri("file:///home/me/tiny-llama/").model
+    '/home/me/tiny-llama'
     """
     scheme, _, rest = uri.partition("://")
     if scheme == "hf":
@@ -47,6 +53,8 @@ def parse_model_uri(uri: str) -> ModelSource:
         return ModelSource(model=f"{MODELS_MOUNT}/{claim}/{path}".rstrip("/"), pvc_claim=claim)
     if scheme == "s3":
         return ModelSource(model=uri, load_format="runai_streamer")
+    if scheme == "file" and rest.startswith("/"):
+        return ModelSource(model=rest.rstrip("/") or "/", local=True)
     raise ValueError(f"unsupported model uri {uri!r}")
 
 

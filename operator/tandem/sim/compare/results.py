@@ -1,25 +1,25 @@
 """What a run achieved: SLO attainment, goodput, latency percentiles, GPU-hours. Pure.
 
-* A request **meets the SLO** when it completed, its TTFT is within its class's TTFT
-  target and its ITL (mean gap between its tokens after the first, i.e. TPOT) within
-  the ITL target; a one-token answer has no ITL. **Attainment** is the share of
+* A request **meets the SLO** when it completed and met its class's targets
+  (:func:`~tandem.report.stats.meets_targets`). **Attainment** is the share of
   requests that meet it (invalid requests, whose prompt exceeds the context, excluded).
 * **Goodput**: requests (and output tokens) per second that met the SLO, over the
   trace's span.
 * **TTFT percentiles** are over completed requests; **ITL percentiles** over every
-  token gap clients saw (what the ITL target's percentile is about).
+  token gap clients saw (what the ITL target's percentile is about); both nearest-rank
+  (:mod:`tandem.report.stats`).
 * **GPU-hours** per pool: each pod from its scale-up request to its removal (cold
   start and drain included), times its GPUs, until the last request ended.
 """
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tandem.api.vocab import PoolRole
+from tandem.report.stats import meets_targets, percentile, weighted_percentiles
 from tandem.sim.fleet.requests import COMPLETED, INVALID, REJECTED
 from tandem.sim.fleet.simulation import Simulation
 
@@ -70,43 +70,6 @@ class RunResult:
     timeline: Timeline
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank ``q`` quantile (0-1) of ascending values; NaN when empty.
-
-    >>> percentile([1.0, 2.0, 3.0, 4.0], 0.9)
-    4.0
-    """
-    if not sorted_values:
-        return math.nan
-    rank = max(math.ceil(q * len(sorted_values)) - 1, 0)
-    return sorted_values[min(rank, len(sorted_values) - 1)]
-
-
-def weighted_percentiles(
-    values: Sequence[float], weights: Sequence[int], qs: Sequence[float]
-) -> list[float]:
-    """Nearest-rank quantiles ``qs`` (ascending, 0-1) of ``values`` each counted
-    ``weights`` times; NaN when there is nothing.
-
-    >>> weighted_percentiles([0.02, 0.5], [9, 1], [0.5, 0.9, 0.99])
-    [0.02, 0.02, 0.5]
-    """
-    total = sum(weights)
-    if total == 0:
-        return [math.nan] * len(qs)
-    out: list[float] = []
-    pending = list(qs)
-    running = 0
-    for value, weight in sorted(zip(values, weights, strict=True)):
-        running += weight
-        while pending and running >= pending[0] * total:
-            out.append(value)
-            pending.pop(0)
-        if not pending:
-            break
-    return out + [max(values)] * len(pending)
-
-
 def summarize(sim: Simulation, policy: str) -> RunResult:
     """The figures of a finished simulation."""
     t = sim.table
@@ -122,11 +85,7 @@ def summarize(sim: Simulation, policy: str) -> RunResult:
             completed += 1
             ttft = t.first_token_s[i] - t.arrival_s[i]
             ttfts.append(ttft)
-            target = targets[t.klass[i]]
-            tpot = t.tpot_s[i]
-            ok_ttft = target.ttft_s is None or ttft <= target.ttft_s
-            ok_itl = target.itl_s is None or math.isnan(tpot) or tpot <= target.itl_s
-            if ok_ttft and ok_itl:
+            if meets_targets(ttft, t.tpot_s[i], targets[t.klass[i]]):
                 met += 1
                 met_tokens += t.output_tokens[i]
         elif outcome == REJECTED:
