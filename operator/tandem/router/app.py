@@ -27,6 +27,7 @@ from tandem.router.proxy import (
     handle_health,
     handle_metrics,
     handle_models,
+    request_ids,
 )
 from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
@@ -40,7 +41,7 @@ def build_app(
     config: RouterConfig, discovery: Discovery, *, seed: int | None = None
 ) -> web.Application:
     """A router app; nothing runs until it is started."""
-    app = web.Application()
+    app = web.Application(middlewares=[request_ids])
     app[ROUTER] = Router(config, seed=seed)
     app[DISCOVERY] = discovery
     app.router.add_post("/v1/completions", handle_completions)

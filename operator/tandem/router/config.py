@@ -29,7 +29,9 @@ class Timeouts:
     prefill_s: float = 60.0
     """The whole prefill leg: request sent to response body read."""
     first_token_s: float = 120.0
-    """From the decode request to its first byte (a non-streaming answer's whole head)."""
+    """From the decode request to its first byte. A non-streaming answer has no first
+    byte until it is whole: its leg fails once the engine has shown no progress (token
+    counters unchanged at its scrapes) for this long."""
     idle_stream_s: float = 60.0
     """Longest silence between two chunks of a streaming answer."""
 

@@ -3,12 +3,18 @@
 A generation request goes: class (header) → body size → admission → parse → prefill
 leg (disaggregated mode, unless the prompt is short) → decode leg, relayed. Every
 outcome is counted once in ``tandem_router_requests_total{class,code}``.
+
+Every answer carries ``X-Request-Id`` (:func:`request_ids`, a middleware): the client's
+own when it sent a sane one, else a fresh one, also on answers the router makes before
+a handler knows anything about the request (429, 413, an unknown path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -27,9 +33,29 @@ from tandem.router.state import Router
 from tandem.router.upstream import Passthrough
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
+#: The request's id, set by :func:`request_ids` before any handler runs.
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+log = logging.getLogger("tandem.router")
 #: Class label for requests naming an undeclared class (never the client's string,
 #: which would let clients create label values without bound).
 UNKNOWN_CLASS_LABEL = "unknown"
+
+
+@web.middleware
+async def request_ids(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Give the request its id and put it on whatever answer comes back."""
+    request_id = new_request_id(request.headers.get("X-Request-Id"))
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers.setdefault("X-Request-Id", request_id)
+        raise
+    if not response.prepared:
+        response.headers.setdefault("X-Request-Id", request_id)
+    return response
 
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:
@@ -63,7 +89,7 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             retry_after_s=config.retry_after_s,
         )
     code = 499  # a cancellation (the client went away) leaves it so
-    request_id = new_request_id(request.headers.get("X-Request-Id"))
+    request_id = request[REQUEST_ID]
     try:
         raw = await _read_body(request, config.max_body_bytes)
         if raw is None:
@@ -131,7 +157,7 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
     """``GET /v1/models`` from a generating engine (decode or pool), retried once."""
     router = request.app[ROUTER]
     role = router.roles()[-1]
-    failure = "no ready engine"
+    failure = f"no ready {role} engine"
     tried: set[str] = set()
     for _ in range(2):
         endpoint = await _pick_any(router, role, tried)
@@ -149,10 +175,13 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
                                 "Content-Type": resp.headers.get("Content-Type", "application/json")
                             },
                         )
-                    failure = f"{endpoint} answered {resp.status}"
+                    failure = f"the {role} engine failed (HTTP {resp.status})"
+                    detail = f"answered {resp.status}"
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            failure = f"{endpoint}: {type(err).__name__}"
-    return error_response(503, failure, retry_after_s=1)
+            failure = f"the {role} engine could not be asked ({type(err).__name__})"
+            detail = f"{type(err).__name__}: {err}"
+        log.warning("request %s: /v1/models from %s: %s", request[REQUEST_ID], endpoint, detail)
+    return error_response(503, failure, retry_after_s=router.config.retry_after_s)
 
 
 async def _pick_any(router: Router, role: str, tried: set[str]) -> str | None:
