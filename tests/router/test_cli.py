@@ -30,7 +30,8 @@ def test_static_disaggregated_flags() -> None:
     config, discovery = parse(
         "--prefill", "http://a:8000,http://b:8000/", "--decode", "http://c:8000",
         "--max-inflight", "9", "--idle-timeout", "7", "--class", "fast:0", "--class", "slow:5:2",
-        "--priority-scheduling", "--short-prompt-tokens", "16",
+        "--priority-scheduling", "--short-prompt-tokens", "16", "--header-timeout", "2",
+        "--body-timeout", "4", "--client-idle-timeout", "6", "--max-connections-per-client", "8",
     )  # fmt: skip
     assert isinstance(discovery, StaticDiscovery)
     assert discovery.urls_by_role == {
@@ -42,6 +43,9 @@ def test_static_disaggregated_flags() -> None:
     assert config.classes == (ClassConfig("fast", 0), ClassConfig("slow", 5, 2))  # type: ignore[attr-defined]
     assert config.default_class == "fast" and config.send_priority  # type: ignore[attr-defined]
     assert config.short_prompt_tokens == 16  # type: ignore[attr-defined]
+    timeouts = config.timeouts  # type: ignore[attr-defined]
+    assert (timeouts.request_header_s, timeouts.request_body_s, timeouts.client_idle_s) == (2, 4, 6)
+    assert config.max_connections_per_client == 8  # type: ignore[attr-defined]
 
 
 def test_config_file_then_flags(tmp_path: Path) -> None:
@@ -82,6 +86,8 @@ def test_cluster_mode_flags() -> None:
         ["--pool", "http://a:1", "--class", "a", "--default-class", "b"],
         ["--pool", "http://a:1", "--max-inflight", "0"],
         ["--pool", "http://a:1", "--idle-timeout", "0"],
+        ["--pool", "http://a:1", "--body-timeout", "-1"],
+        ["--pool", "http://a:1", "--max-connections-per-client", "0"],
     ],
 )
 def test_usage_errors(argv: list[str]) -> None:

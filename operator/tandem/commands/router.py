@@ -38,6 +38,21 @@ def register(sub: Any) -> None:
     s.add_argument("--prefill-timeout", type=float, metavar="S", help="seconds (60)")
     s.add_argument("--first-token-timeout", type=float, metavar="S", help="seconds (120)")
     s.add_argument("--idle-timeout", type=float, metavar="S", help="stream silence, s (60)")
+    s.add_argument(
+        "--header-timeout", type=float, metavar="S", help="connect to whole request head, s (10)"
+    )
+    s.add_argument(
+        "--body-timeout", type=float, metavar="S", help="request head to whole body, s (30)"
+    )
+    s.add_argument(
+        "--client-idle-timeout", type=float, metavar="S", help="idle keep-alive connection, s (75)"
+    )
+    s.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        metavar="N",
+        help="open connections per client address (1024)",
+    )
     s.add_argument("--priority-header", metavar="NAME", help="(x-tandem-priority-class)")
     s.add_argument(
         "--class",

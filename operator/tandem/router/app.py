@@ -4,7 +4,9 @@
 :class:`~tandem.router.state.Router`; the HTTP client, discovery and the metrics
 scraper start and stop in ``cleanup_ctx``. :func:`start_router` serves it with handler
 cancellation on, so a client that disconnects cancels its request all the way to the
-engine. Does I/O (it is the shell).
+engine, and with every client connection under the app's
+:class:`~tandem.router.connections.ConnectionGuard` (the listener is the router's own
+``asyncio`` server around aiohttp's protocol factory). Does I/O (it is the shell).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from tandem.router.config import RouterConfig
+from tandem.router.connections import CONNECTIONS, ConnectionGuard, connection_states
 from tandem.router.discovery import Discovery
 from tandem.router.proxy import (
     ROUTER,
@@ -41,8 +44,9 @@ def build_app(
     config: RouterConfig, discovery: Discovery, *, seed: int | None = None
 ) -> web.Application:
     """A router app; nothing runs until it is started."""
-    app = web.Application(middlewares=[request_ids])
-    app[ROUTER] = Router(config, seed=seed)
+    app = web.Application(middlewares=[connection_states, request_ids])
+    router = app[ROUTER] = Router(config, seed=seed)
+    app[CONNECTIONS] = ConnectionGuard(router)
     app[DISCOVERY] = discovery
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/v1/chat/completions", handle_chat)
@@ -83,12 +87,15 @@ async def _scraper(app: web.Application) -> AsyncIterator[None]:
 
 @dataclass
 class Serving:
-    """A started router: its runner and the port it listens on."""
+    """A started router: its runner, its listener and the port it listens on."""
 
     runner: web.AppRunner
+    listener: asyncio.Server
     port: int
 
     async def stop(self) -> None:
+        """Stop listening, then let in-flight requests finish (the runner's drain)."""
+        self.listener.close()
         await self.runner.cleanup()
 
 
@@ -103,9 +110,12 @@ async def start_router(
         shutdown_timeout=shutdown_timeout_s,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    return Serving(runner=runner, port=int(runner.addresses[0][1]))
+    server = runner.server
+    assert server is not None
+    listener = await asyncio.get_running_loop().create_server(
+        app[CONNECTIONS].factory(server), host, port, backlog=1024
+    )
+    return Serving(runner=runner, listener=listener, port=int(listener.sockets[0].getsockname()[1]))
 
 
 async def serve_until_signalled(app: web.Application, host: str, port: int) -> None:

@@ -19,6 +19,7 @@ REASON_MAX_INFLIGHT = "max_inflight"
 REASON_CLASS_MAX_INFLIGHT = "class_max_inflight"
 REASON_UNKNOWN_CLASS = "unknown_class"
 REASON_BODY_TOO_LARGE = "body_too_large"
+REASON_BODY_TIMEOUT = "body_timeout"
 REASON_NO_ENDPOINT = "no_endpoint"
 
 

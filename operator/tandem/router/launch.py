@@ -44,6 +44,10 @@ def _apply_flags(config: RouterConfig, args: argparse.Namespace) -> RouterConfig
         changes["max_inflight"] = _at_least(1, args.max_inflight, "--max-inflight")
     if args.max_body_bytes is not None:
         changes["max_body_bytes"] = _at_least(1, args.max_body_bytes, "--max-body-bytes")
+    if args.max_connections_per_client is not None:
+        changes["max_connections_per_client"] = _at_least(
+            1, args.max_connections_per_client, "--max-connections-per-client"
+        )
     if args.priority_header is not None:
         changes["priority_header"] = args.priority_header
     if args.priority_scheduling:
@@ -64,6 +68,9 @@ def _apply_flags(config: RouterConfig, args: argparse.Namespace) -> RouterConfig
         "prefill_s": args.prefill_timeout,
         "first_token_s": args.first_token_timeout,
         "idle_stream_s": args.idle_timeout,
+        "request_header_s": args.header_timeout,
+        "request_body_s": args.body_timeout,
+        "client_idle_s": args.client_idle_timeout,
     }
     for name, value in timeouts.items():
         if value is not None and value <= 0:

@@ -1,8 +1,9 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
-A generation request goes: class (header) → body size → admission → parse → prefill
-leg (disaggregated mode, unless the prompt is short) → decode leg, relayed. Every
-outcome is counted once in ``tandem_router_requests_total{class,code}``.
+A generation request goes: class (header) → body, read whole under its deadline →
+admission → parse → prefill leg (disaggregated mode, unless the prompt is short) →
+decode leg, relayed. Every outcome is counted once in
+``tandem_router_requests_total{class,code}``.
 
 Every answer carries ``X-Request-Id`` (:func:`request_ids`, a middleware): the client's
 own when it sent a sane one, else a fresh one, also on answers the router makes before
@@ -20,11 +21,13 @@ import aiohttp
 from aiohttp import web
 
 from tandem.router.classes import (
+    REASON_BODY_TIMEOUT,
     REASON_BODY_TOO_LARGE,
     REASON_UNKNOWN_CLASS,
     UnknownClass,
     resolve_class,
 )
+from tandem.router.config import RouterConfig
 from tandem.router.legs import Exchange, new_request_id, run_prefill
 from tandem.router.protocol import CHARS_PER_TOKEN, Kind, RequestError, parse_request
 from tandem.router.relay import run_generation
@@ -78,6 +81,14 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
         return error_response(400, klass.message, param=config.priority_header)
     if (request.content_length or 0) > config.max_body_bytes:
         return _too_large(router, klass.name)
+    try:
+        raw = await _read_body(request, config, klass.name)
+    except asyncio.CancelledError:
+        metrics.requests.labels(klass.name, "499").inc()  # the client went away
+        raise
+    if isinstance(raw, web.Response):
+        metrics.requests.labels(klass.name, str(raw.status)).inc()
+        return raw
     reason = router.admission.try_admit(klass, config)
     if reason is not None:
         metrics.rejections.labels(klass.name, reason).inc()
@@ -91,10 +102,6 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
     code = 499  # a cancellation (the client went away) leaves it so
     request_id = request[REQUEST_ID]
     try:
-        raw = await _read_body(request, config.max_body_bytes)
-        if raw is None:
-            code = 413
-            return _too_large(router, klass.name, count_request=False)
         try:
             parsed = parse_request(
                 raw, kind, prefix_chars=config.prefix_affinity_tokens * CHARS_PER_TOKEN
@@ -141,15 +148,35 @@ def _too_large(router: Router, klass: str, *, count_request: bool = True) -> web
     return error_response(413, f"request body larger than {limit} bytes")
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes | None:
-    """The body, or ``None`` once it passes ``limit`` bytes (chunked bodies included)."""
+async def _read_body(
+    request: web.Request, config: RouterConfig, klass: str
+) -> bytes | web.Response:
+    """The whole body, read before admission under ``request_body_s``; else the answer
+    that refuses it: 413 once it passes ``max_body_bytes`` (chunked bodies included), 408
+    when it does not arrive in time, 400 when its framing is broken.
+
+    Before admission, so a client that trickles its body holds a connection (bounded per
+    address, :mod:`tandem.router.connections`) but never an admission slot."""
+    router_metrics = request.app[ROUTER].metrics
     parts: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
+    deadline_s = config.timeouts.request_body_s
+    try:
+        async with asyncio.timeout(deadline_s):
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > config.max_body_bytes:
+                    return _too_large(request.app[ROUTER], klass, count_request=False)
+                parts.append(chunk)
+    except TimeoutError:
+        router_metrics.rejections.labels(klass, REASON_BODY_TIMEOUT).inc()
+        answer = error_response(408, f"request body not received within {deadline_s:g} s")
+        answer.force_close()
+        return answer
+    except web.RequestPayloadError as err:
+        answer = error_response(400, f"malformed request body: {err}")
+        answer.force_close()
+        return answer
     return b"".join(parts)
 
 
