@@ -68,6 +68,14 @@ def test_config_file_then_flags(tmp_path: Path) -> None:
     assert config.send_priority  # type: ignore[attr-defined]
 
 
+def test_require_key_marks_classes() -> None:
+    config, _ = parse(
+        "--pool", "http://a:1", "--class", "std", "--class", "gold:0:4",
+        "--require-key", "gold", "--class-keys", "/etc/keys",
+    )  # fmt: skip
+    assert [c.require_key for c in config.classes] == [False, True]  # type: ignore[attr-defined]
+
+
 def test_cluster_mode_flags() -> None:
     _, discovery = parse("--namespace", "ns", "--service", "chat", "--scrape-interval", "0.5")
     assert isinstance(discovery, KubeDiscovery)
@@ -88,6 +96,8 @@ def test_cluster_mode_flags() -> None:
         ["--pool", "http://a:1", "--idle-timeout", "0"],
         ["--pool", "http://a:1", "--body-timeout", "-1"],
         ["--pool", "http://a:1", "--max-connections-per-client", "0"],
+        ["--pool", "http://a:1", "--class", "a", "--require-key", "a"],  # no --class-keys
+        ["--pool", "http://a:1", "--class-keys", "k", "--require-key", "b"],  # no such class
     ],
 )
 def test_usage_errors(argv: list[str]) -> None:

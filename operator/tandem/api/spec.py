@@ -429,6 +429,11 @@ class PriorityClass(Model):
         le=1_000_000,
         description="Admission limit per router replica for this class.",
     )
+    require_key: bool = Field(
+        default=False,
+        description="Only requests with an API key (Authorization: Bearer) that the Secret "
+        "<name>-class-keys grants this class may use it; without, the class header is 401.",
+    )
 
 
 class QosSpec(Model):

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
 from tandem.router.config import RouterConfig
 from tandem.router.connections import CONNECTIONS, ConnectionGuard, connection_states
 from tandem.router.discovery import Discovery
+from tandem.router.keyfile import keep_class_keys, load_class_keys
 from tandem.router.proxy import (
     ROUTER,
     handle_chat,
@@ -41,9 +44,14 @@ DISCOVERY: web.AppKey[Discovery] = web.AppKey("discovery", Discovery)
 
 
 def build_app(
-    config: RouterConfig, discovery: Discovery, *, seed: int | None = None
+    config: RouterConfig,
+    discovery: Discovery,
+    *,
+    seed: int | None = None,
+    class_keys: Path | None = None,
 ) -> web.Application:
-    """A router app; nothing runs until it is started."""
+    """A router app; nothing runs until it is started. ``class_keys``: the directory of
+    the API keys that grant priority classes (read at start, then kept current)."""
     app = web.Application(middlewares=[connection_states, request_ids])
     router = app[ROUTER] = Router(config, seed=seed)
     app[CONNECTIONS] = ConnectionGuard(router)
@@ -56,6 +64,8 @@ def build_app(
     app.cleanup_ctx.append(_http_client)
     app.cleanup_ctx.append(_discovery)
     app.cleanup_ctx.append(_scraper)
+    if class_keys is not None:
+        app.cleanup_ctx.append(functools.partial(_class_keys, directory=class_keys))
     return app
 
 
@@ -75,6 +85,16 @@ async def _discovery(app: web.Application) -> AsyncIterator[None]:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await discovery.close()
+
+
+async def _class_keys(app: web.Application, *, directory: Path) -> AsyncIterator[None]:
+    router = app[ROUTER]
+    load_class_keys(router, directory)  # unreadable at start: the router does not start
+    task = asyncio.create_task(keep_class_keys(router, directory), name="router-class-keys")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _scraper(app: web.Application) -> AsyncIterator[None]:

@@ -57,6 +57,8 @@ class ClassConfig:
     """vLLM request priority (lower runs first); sent only under the priority policy."""
     max_inflight: int | None = None
     """In-flight requests of this class per router replica; ``None``: only the global bound."""
+    require_key: bool = False
+    """Granted only to requests whose API key lists the class (``--class-keys``)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,9 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
     spec = isvc.spec
     router = spec.router
     declared = tuple(
-        ClassConfig(name=c.name, priority=c.priority, max_inflight=c.max_inflight)
+        ClassConfig(
+            name=c.name, priority=c.priority, max_inflight=c.max_inflight, require_key=c.require_key
+        )
         for c in spec.qos.priority_classes
     )
     classes = declared or (ClassConfig(DEFAULT_CLASS),)

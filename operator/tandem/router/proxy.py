@@ -1,6 +1,7 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
-A generation request goes: class (header) → body, read whole under its deadline →
+A generation request goes: class (header, and the API key when the class needs one) →
+body, read whole under its deadline →
 admission → parse → prefill leg (disaggregated mode, unless the prompt is short) →
 decode leg, relayed. Every outcome is counted once in
 ``tandem_router_requests_total{class,code}``.
@@ -23,11 +24,14 @@ from aiohttp import web
 from tandem.router.classes import (
     REASON_BODY_TIMEOUT,
     REASON_BODY_TOO_LARGE,
+    REASON_CLASS_KEY,
     REASON_UNKNOWN_CLASS,
+    ClassDenied,
     UnknownClass,
     resolve_class,
 )
 from tandem.router.config import RouterConfig
+from tandem.router.keys import parse_bearer
 from tandem.router.legs import Exchange, new_request_id, run_prefill
 from tandem.router.protocol import CHARS_PER_TOKEN, Kind, RequestError, parse_request
 from tandem.router.relay import run_generation
@@ -74,11 +78,17 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
     config = router.config
     arrival_s = asyncio.get_running_loop().time()
     metrics = router.metrics
-    klass = resolve_class(request.headers.get(config.priority_header), config)
+    authorization = request.headers.get("Authorization")
+    granted = router.class_keys.classes_of(parse_bearer(authorization))
+    klass = resolve_class(request.headers.get(config.priority_header), config, granted)
     if isinstance(klass, UnknownClass):
         metrics.rejections.labels(UNKNOWN_CLASS_LABEL, REASON_UNKNOWN_CLASS).inc()
         metrics.requests.labels(UNKNOWN_CLASS_LABEL, "400").inc()
         return error_response(400, klass.message, param=config.priority_header)
+    if isinstance(klass, ClassDenied):
+        metrics.rejections.labels(klass.name, REASON_CLASS_KEY).inc()
+        metrics.requests.labels(klass.name, str(klass.status)).inc()
+        return error_response(klass.status, klass.message, param=config.priority_header)
     if (request.content_length or 0) > config.max_body_bytes:
         return _too_large(router, klass.name)
     try:
@@ -111,8 +121,8 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             return error_response(err.status, err.message, request_id=request_id, param=err.param)
         router.prompt_sizes.add(parsed.prompt_tokens)
         headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
-        if "Authorization" in request.headers:
-            headers["Authorization"] = request.headers["Authorization"]
+        if authorization is not None and not granted:  # a class key stays in the router
+            headers["Authorization"] = authorization
         ex = Exchange(
             router=router,
             config=config,
