@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from tandem.router.config import RouterConfig
 from tandem.router.connections import CONNECTIONS, ConnectionGuard, connection_states
@@ -39,6 +40,27 @@ from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
 
 log = logging.getLogger("tandem.router")
+#: aiohttp's per-connection server log, as the router's own.
+HTTP_LOG = logging.getLogger("tandem.router.http")
+
+
+class ClientProtocolErrors(logging.Filter):
+    """A malformed request (bad request line, broken chunked framing, oversized header)
+    is the client's error, not the router's: aiohttp answers it 400 and logs it as an
+    error with a traceback; here it becomes one INFO line, so hostile clients cannot fill
+    the log with tracebacks. Errors of the router's own code keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {exc.message or type(exc).__name__}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+HTTP_LOG.addFilter(ClientProtocolErrors())
 
 DISCOVERY: web.AppKey[Discovery] = web.AppKey("discovery", Discovery)
 
@@ -128,6 +150,7 @@ async def start_router(
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=shutdown_timeout_s,
+        logger=HTTP_LOG,
     )
     await runner.setup()
     server = runner.server

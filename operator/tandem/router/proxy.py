@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from tandem.router.classes import (
     REASON_BODY_TIMEOUT,
@@ -183,8 +184,10 @@ async def _read_body(
         answer = error_response(408, f"request body not received within {deadline_s:g} s")
         answer.force_close()
         return answer
-    except web.RequestPayloadError as err:
-        answer = error_response(400, f"malformed request body: {err}")
+    except (web.RequestPayloadError, HttpProcessingError) as err:
+        # broken chunked framing, a body shorter than its Content-Length at EOF
+        message = getattr(err, "message", None) or type(err).__name__
+        answer = error_response(400, f"malformed request body: {message}")
         answer.force_close()
         return answer
     return b"".join(parts)
