@@ -1,10 +1,9 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
 A generation request goes: class (header, and the API key when the class needs one) →
-body, read whole under its deadline →
-admission → parse → prefill leg (disaggregated mode, unless the prompt is short) →
-decode leg, relayed. Every outcome is counted once in
-``tandem_router_requests_total{class,code}``.
+body, read whole under its deadline → admission → parse → prefill leg (disaggregated
+mode, unless the prompt is short) → decode leg, relayed. Every outcome is counted once
+in ``tandem_router_requests_total{class,code}``.
 
 Every answer carries ``X-Request-Id`` (:func:`request_ids`, a middleware): the client's
 own when it sent a sane one, else a fresh one, also on answers the router makes before
