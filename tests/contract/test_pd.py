@@ -145,7 +145,6 @@ async def test_a_refused_handoff_frees_the_prefill_kv(fleet: Fleet, engine_kind:
     while True:
         refused = await call(full, "/v1/completions", {**body, "kv_transfer_params": params})
         assert refused.status == 503, refused.body
-        assert refused.error["type"] == "ServiceUnavailableError"
         poke = await call(prefill, "/v1/completions", completion_body("ping", max_tokens=1))
         assert poke.status == 200
         if metric_sum(await metrics_of(prefill), "vllm:kv_cache_usage_perc") == 0:
