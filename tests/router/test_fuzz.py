@@ -328,6 +328,7 @@ async def exchange(timed: Timed, port: int) -> bytes | None:
             await writer.wait_closed()
 
 
+@pytest.mark.slow
 @settings(
     max_examples=TIMING_EXAMPLES,
     deadline=None,
