@@ -41,6 +41,11 @@ SIM_VERSION = "0.34.0"
 MAX_MODEL_LEN = 2048
 SHUTDOWN_TIMEOUT_S = 30
 COMMON_FLAGS = ("--scheduling-policy", "priority", "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S))
+#: Flags of the engines a test asks for by these names, on top of the common ones.
+NAMED_FLAGS: dict[str, tuple[str, ...]] = {
+    # a decode engine whose admission control refuses every request: vLLM's overload 503
+    "decode-full": ("--max-num-queued-reqs", "0"),
+}
 START_TIMEOUT_S = {"sim": 30.0, "vllm": 300.0}
 
 
@@ -141,7 +146,8 @@ def spawn_sim(name: str, role: Role, log_dir: Path, ports: tuple[int, int] | Non
     log_path = log_dir / f"sim-{name}.log"
     command = [sys.executable, "-m", "tandem.cli", "engine", "sim", "--role", role,
                "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
-               "--max-model-len", str(MAX_MODEL_LEN), *COMMON_FLAGS]  # fmt: skip
+               "--max-model-len", str(MAX_MODEL_LEN), *COMMON_FLAGS,
+               *NAMED_FLAGS.get(name, ())]  # fmt: skip
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -183,7 +189,8 @@ class Fleet:
         else:
             install, model = self._install()
             real = spawn_engine(install, model, role, self.log_dir, name=f"vllm-{name}",
-                                extra=COMMON_FLAGS, ports=ports)  # fmt: skip
+                                extra=COMMON_FLAGS + NAMED_FLAGS.get(name, ()),
+                                ports=ports)  # fmt: skip
             engine = Engine("vllm", name, role, real.port, real.side_channel_port,
                             real.process, real.log_path, real)  # fmt: skip
         self.engines[(kind, name)] = engine

@@ -5,11 +5,14 @@ and proof that the KV moved (the decode engine's prompt tokens by source).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
 
-from tests.contract.fleet import Engine
+from tests.contract.conftest import _get
+from tests.contract.fleet import Engine, Fleet, Kind
 from tests.contract.http import call, chat_body, completion_body, metric_sum, metrics_of
 from tests.contract.versions import (
     EXTERNAL_PROMPT_TOKENS,
@@ -121,3 +124,30 @@ async def test_a_decode_leg_with_unknown_kv_fails_cleanly(pd: tuple[Engine, Engi
                                         kv_transfer_params=bogus))  # fmt: skip
     assert answer.status == 500, answer.body
     assert answer.error["type"] == "InternalServerError"
+
+
+async def test_a_refused_handoff_frees_the_prefill_kv(fleet: Fleet, engine_kind: Kind) -> None:
+    """A decode engine that refuses a handoff (its admission control is full) tells the
+    prefill engine to free the blocks it held for it, well before the 30 s lease would:
+    vLLM's serving layer submits the refused request pre-aborted
+    (``notify_kv_transfer_request_rejected``) and the NIXL connector sends the prefill
+    engine the notification a read would. Both engine cores act on it only when they next
+    step, which an idle engine does not do by itself, so the test keeps them stepping as
+    traffic would: the refused handoff again (another refusal, another decode step) and a
+    one-token request to the prefill engine."""
+    engines = _get(fleet, engine_kind, {"prefill": "prefill", "decode-full": "decode"})
+    prefill, full = engines["prefill"], engines["decode-full"]
+    body = completion_body(PROMPT + " refused", max_tokens=4)
+    params = await prefill_leg(prefill, body, "contract-refused-1")
+    held = metric_sum(await metrics_of(prefill), "vllm:kv_cache_usage_perc")
+    assert held > 0, "the prefill engine holds the KV for the decode engine"
+    deadline = time.monotonic() + 20.0  # well inside the 30 s lease
+    while True:
+        refused = await call(full, "/v1/completions", {**body, "kv_transfer_params": params})
+        assert refused.status == 503, refused.body
+        poke = await call(prefill, "/v1/completions", completion_body("ping", max_tokens=1))
+        assert poke.status == 200
+        if metric_sum(await metrics_of(prefill), "vllm:kv_cache_usage_perc") == 0:
+            break
+        assert time.monotonic() < deadline, "the prefill engine still holds the refused KV"
+        await asyncio.sleep(0.5)

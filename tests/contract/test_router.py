@@ -261,3 +261,65 @@ async def test_a_killed_prefill_engine_sends_requests_to_the_other_then_rejoins(
     while moved(await by_source(again), start)["local_compute"] == 0:
         assert time.monotonic() < deadline, "the restarted prefill engine got no request"
         assert await serves(handle)
+
+
+def tight(first_token_s: float) -> RouterConfig:
+    timeouts = Timeouts(connect_s=5.0, prefill_s=60.0, first_token_s=first_token_s,
+                        idle_stream_s=10.0)  # fmt: skip
+    return RouterConfig(timeouts=timeouts, scrape_interval_s=0.2, prefix_affinity_tokens=0)
+
+
+async def test_an_overloaded_decode_engine_is_a_503_after_one_prefill(
+    fleet: Fleet, engine_kind: Kind
+) -> None:
+    """The only decode engine refuses every request (``--max-num-queued-reqs 0``): the
+    client gets 503 with Retry-After, after one prefill and no retry (there is no other
+    decode engine). That the refusal frees the prefill engine's KV is the engines'
+    contract (``test_pd.py``)."""
+    engines = _get(fleet, engine_kind, {"prefill": "prefill", "decode-full": "decode"})
+    prefill, full = engines["prefill"], engines["decode-full"]
+    handle = await start_static_router(tight(30.0), {"prefill": [prefill.url],
+                                                     "decode": [full.url]})  # fmt: skip
+    try:
+        body = {"model": SERVED_NAME, "prompt": unique("Anyone there? " * 30), "max_tokens": 4}
+        success_before = metric_sum(await metrics_of(prefill), "vllm:request_success_total")
+        async with (
+            asyncio.timeout(BOUND_S),
+            aiohttp.ClientSession() as session,
+            session.post(handle.base_url + "/completions", json=body) as resp,
+        ):
+            status, retry_after = resp.status, resp.headers.get("Retry-After")
+            error = (await resp.json())["error"]
+        assert (status, retry_after) == (503, "1"), error
+        assert error["type"] == "ServiceUnavailableError" and "overloaded" in error["message"]
+        assert "127.0.0.1" not in error["message"] and "{" not in error["message"]
+        prefills = metric_sum(await metrics_of(prefill), "vllm:request_success_total")
+        assert prefills - success_before == 1, "one prefill, not two"
+        assert metric_sum(await handle.metrics(), "tandem_router_retries_total") == 0
+    finally:
+        await handle.serving.stop()
+
+
+async def test_a_non_streaming_answer_longer_than_the_first_token_timeout(
+    fleet: Fleet, engine_kind: Kind
+) -> None:
+    """800 tokens take longer than 1.5 s on either engine; timed by its first byte, the
+    non-streaming answer failed with 504. Timed by the decode engine's token counters
+    (the scraper reads them), it is answered."""
+    engines = _get(fleet, engine_kind, {"prefill": "prefill", "decode": "decode"})
+    urls = {"prefill": [engines["prefill"].url], "decode": [engines["decode"].url]}
+    handle = await start_static_router(tight(1.5), urls)
+    try:
+        body = {"model": SERVED_NAME, "prompt": unique("Tell a long story."),
+                "max_tokens": 800, "ignore_eos": True}  # fmt: skip
+        async with (
+            asyncio.timeout(5 * BOUND_S),
+            aiohttp.ClientSession() as session,
+            session.post(handle.base_url + "/completions", json=body) as resp,
+        ):
+            assert resp.status == 200, await resp.text()
+            answer = await resp.json()
+        assert answer["usage"]["completion_tokens"] == 800
+        assert metric_sum(await handle.metrics(), "tandem_router_retries_total") == 0
+    finally:
+        await handle.serving.stop()

@@ -8,9 +8,12 @@ import re
 import socket
 from typing import Any
 
+import aiohttp
 from aiohttp.test_utils import TestClient
 
-from .conftest import StartServer, state_of
+from tandem.engine.server import create_app
+
+from .conftest import StartServer, make_config, state_of
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 20  # 225 tokens
 PREFILL_FIELDS = {
@@ -185,3 +188,59 @@ async def test_decode_counts_transfers_as_waiting(start_server: StartServer) -> 
         'reason="deferred"} 1.0' in text
     )
     assert (await task).status == 200
+
+
+async def wait_released(client: TestClient[Any, Any], held: str) -> bool:
+    """Whether the prefill engine behind ``client`` stops holding ``held`` within 2 s."""
+    state = state_of(client)
+    for _ in range(200):
+        if state.engine.held_kv(held) is None:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_refused_handoff_frees_the_prefill_kv_as_vllm_does(
+    start_server: StartServer,
+) -> None:
+    """vLLM's decode engine tells the prefill engine to free the KV of a request it
+    refuses (overloaded, unknown model): it does not stay held for the whole lease."""
+    p = await start_server("prefill", kv_lease_s=3000.0)
+    full = await start_server("decode", max_num_queued_reqs=0)
+    params = await prefill(p, "refused")
+    resp = await full.post("/v1/completions", json=decode_body(params, stream=False))
+    assert resp.status == 503
+    assert await wait_released(p, params["remote_request_id"])
+    again = await prefill(p, "unknown-model")
+    body = {**decode_body(again, stream=True), "model": "no-such-model"}
+    d = await start_server("decode")
+    assert (await d.post("/v1/completions", json=body)).status == 404
+    assert await wait_released(p, again["remote_request_id"])
+    assert state_of(p).engine.kv_usage == 0.0
+
+
+async def test_an_abort_before_the_pull_frees_the_prefill_kv(
+    start_server: StartServer, aiohttp_client: Any
+) -> None:
+    p = await start_server("prefill", kv_lease_s=3000.0)
+    # the CLI serves with handler cancellation, so a client that goes away aborts
+    app = create_app(make_config("decode", max_num_seqs=1, speedup=1.0))
+    d = await aiohttp_client(app, server_kwargs={"handler_cancellation": True})
+    busy = await d.post("/v1/completions", json={"prompt": "x " * 100, "max_tokens": 3000,
+                                                 "stream": True})  # fmt: skip
+    await busy.content.readany()  # the only sequence slot is taken
+    params = await prefill(p, "queued")
+    session = aiohttp.ClientSession()
+    url = d.make_url("/v1/completions")
+    task = asyncio.ensure_future(session.post(url, json=decode_body(params, stream=True)))
+    for _ in range(200):
+        if state_of(d).engine.num_waiting:
+            break
+        await asyncio.sleep(0.005)
+    assert state_of(d).engine.num_waiting == 1 and state_of(p).engine.held_kv(
+        params["remote_request_id"]
+    ), "queued on the decode engine, its KV not pulled yet"
+    task.cancel()  # the client goes away: its connection closes
+    await session.close()
+    assert await wait_released(p, params["remote_request_id"])
+    busy.close()

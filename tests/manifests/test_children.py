@@ -270,3 +270,27 @@ def test_monitors_add_the_service_and_pool_labels() -> None:
     svc_mon = _by(children, "ServiceMonitor", "chat-router")["spec"]["endpoints"][0]
     assert svc_mon["honorLabels"] is True
     assert {"targetLabel": "pool", "replacement": "router"} in svc_mon["relabelings"]
+
+
+def test_a_class_that_requires_a_key_mounts_the_class_keys_secret() -> None:
+    """The router reads class keys from files, never through the API: the Secret is a
+    volume, its account still reads no Secret, and the command line parses."""
+    from tandem.cli import build_parser
+
+    classes = [{"name": "std"}, {"name": "gold", "requireKey": True}]
+    children = _children(make_manifest(qos={"priorityClasses": classes}))
+    pod = _by(children, "Deployment", "chat-router")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["volumes"] == [
+        {"name": "class-keys", "secret": {"secretName": "chat-class-keys", "optional": True}}
+    ]
+    assert container["volumeMounts"] == [
+        {"name": "class-keys", "mountPath": "/etc/tandem/class-keys", "readOnly": True}
+    ]
+    args = build_parser().parse_args(container["command"][1:])
+    assert str(args.class_keys) == "/etc/tandem/class-keys" and args.service == "chat"
+    kubernetes_validate.validate(
+        _by(children, "Deployment", "chat-router"), K8S_VERSION, strict=True
+    )
+    plain = _by(_children(make_manifest()), "Deployment", "chat-router")["spec"]["template"]
+    assert "volumes" not in plain["spec"] and "--class-keys" not in str(plain)

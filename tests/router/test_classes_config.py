@@ -49,11 +49,15 @@ def test_config_from_an_inference_service() -> None:
             "maxBodyBytes": 4096,
             "priorityHeader": "x-class",
             "shortPromptTokens": 32,
+            "maxConnectionsPerClient": 50,
             "timeouts": {
                 "connect": "2s",
                 "prefill": "10s",
                 "firstToken": "20s",
                 "idleStream": "30s",
+                "requestHeader": "3s",
+                "requestBody": "40s",
+                "clientIdle": "90s",
             },
         },
         qos={
@@ -70,6 +74,11 @@ def test_config_from_an_inference_service() -> None:
     assert config.priority_header == "x-class" and config.short_prompt_tokens == 32
     assert (config.timeouts.connect_s, config.timeouts.prefill_s) == (2.0, 10.0)
     assert (config.timeouts.first_token_s, config.timeouts.idle_stream_s) == (20.0, 30.0)
+    timeouts = config.timeouts
+    assert (timeouts.request_header_s, timeouts.request_body_s, timeouts.client_idle_s) == (
+        3.0, 40.0, 90.0,
+    )  # fmt: skip
+    assert config.max_connections_per_client == 50
     assert config.classes == (ClassConfig("interactive", 0), ClassConfig("batch", 10, 8))
     assert config.default_class == "batch"
     assert config.send_priority is True

@@ -30,7 +30,8 @@ def test_static_disaggregated_flags() -> None:
     config, discovery = parse(
         "--prefill", "http://a:8000,http://b:8000/", "--decode", "http://c:8000",
         "--max-inflight", "9", "--idle-timeout", "7", "--class", "fast:0", "--class", "slow:5:2",
-        "--priority-scheduling", "--short-prompt-tokens", "16",
+        "--priority-scheduling", "--short-prompt-tokens", "16", "--header-timeout", "2",
+        "--body-timeout", "4", "--client-idle-timeout", "6", "--max-connections-per-client", "8",
     )  # fmt: skip
     assert isinstance(discovery, StaticDiscovery)
     assert discovery.urls_by_role == {
@@ -42,6 +43,9 @@ def test_static_disaggregated_flags() -> None:
     assert config.classes == (ClassConfig("fast", 0), ClassConfig("slow", 5, 2))  # type: ignore[attr-defined]
     assert config.default_class == "fast" and config.send_priority  # type: ignore[attr-defined]
     assert config.short_prompt_tokens == 16  # type: ignore[attr-defined]
+    timeouts = config.timeouts  # type: ignore[attr-defined]
+    assert (timeouts.request_header_s, timeouts.request_body_s, timeouts.client_idle_s) == (2, 4, 6)
+    assert config.max_connections_per_client == 8  # type: ignore[attr-defined]
 
 
 def test_config_file_then_flags(tmp_path: Path) -> None:
@@ -64,6 +68,14 @@ def test_config_file_then_flags(tmp_path: Path) -> None:
     assert config.send_priority  # type: ignore[attr-defined]
 
 
+def test_require_key_marks_classes() -> None:
+    config, _ = parse(
+        "--pool", "http://a:1", "--class", "std", "--class", "gold:0:4",
+        "--require-key", "gold", "--class-keys", "/etc/keys",
+    )  # fmt: skip
+    assert [c.require_key for c in config.classes] == [False, True]  # type: ignore[attr-defined]
+
+
 def test_cluster_mode_flags() -> None:
     _, discovery = parse("--namespace", "ns", "--service", "chat", "--scrape-interval", "0.5")
     assert isinstance(discovery, KubeDiscovery)
@@ -82,6 +94,10 @@ def test_cluster_mode_flags() -> None:
         ["--pool", "http://a:1", "--class", "a", "--default-class", "b"],
         ["--pool", "http://a:1", "--max-inflight", "0"],
         ["--pool", "http://a:1", "--idle-timeout", "0"],
+        ["--pool", "http://a:1", "--body-timeout", "-1"],
+        ["--pool", "http://a:1", "--max-connections-per-client", "0"],
+        ["--pool", "http://a:1", "--class", "a", "--require-key", "a"],  # no --class-keys
+        ["--pool", "http://a:1", "--class-keys", "k", "--require-key", "b"],  # no such class
     ],
 )
 def test_usage_errors(argv: list[str]) -> None:

@@ -82,11 +82,14 @@ def test_ejected_endpoint_is_skipped_until_backoff_ends() -> None:
 
 def test_backoff_doubles_and_is_capped() -> None:
     e = make_endpoints(1)[0]
-    for _ in range(30):
-        e.record_failure(now_s=0.0)
-    assert e.ejected_until_s == EJECT_MAX_S
+    now_s, backoffs = 0.0, []
+    for _ in range(8):  # each failure on the first request after the last ejection ended
+        e.record_failure(now_s=now_s)
+        backoffs.append(e.ejected_until_s - now_s)
+        now_s = e.ejected_until_s
+    assert backoffs == [1, 2, 4, 8, 16, EJECT_MAX_S, EJECT_MAX_S, EJECT_MAX_S]
     e.record_success()
-    assert e.healthy(0.0)
+    assert e.healthy(now_s)
 
 
 def test_failed_scrape_makes_unhealthy_and_all_unhealthy_falls_back() -> None:

@@ -297,14 +297,37 @@ class RouterTimeouts(Model):
         default=default_duration("2m"),
         gt=0,
         le=MAX_DURATION_S,
-        description="From the decode request to its first byte (at most 1h).",
+        description="From the decode request to its first byte; for a non-streaming answer, "
+        "the longest the engine may show no progress (at most 1h).",
     )
     idle_stream: Duration = Field(
         default=default_duration("1m"),
         gt=0,
         le=MAX_DURATION_S,
-        description="Longest silence inside a streaming response (at most 1h; the router's "
-        "termination grace period is this plus 30s).",
+        description="Longest silence inside a streaming response, and longest a streaming "
+        "client may read nothing (at most 1h; the router's termination grace period is this "
+        "plus 30s).",
+    )
+    request_header: Duration = Field(
+        default=default_duration("10s"),
+        gt=0,
+        le=300,
+        description="From a client's connect (or a later request's first byte) to its whole "
+        "request head (at most 5m).",
+    )
+    request_body: Duration = Field(
+        default=default_duration("30s"),
+        gt=0,
+        le=MAX_DURATION_S,
+        description="From the request head to the whole body, read before admission; beyond "
+        "it: 408 (at most 1h).",
+    )
+    client_idle: Duration = Field(
+        default=default_duration("75s"),
+        gt=0,
+        le=MAX_DURATION_S,
+        description="A client's keep-alive connection without a request is closed after this "
+        "(at most 1h).",
     )
 
 
@@ -326,6 +349,14 @@ class RouterSpec(Model):
     )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, le=1 << 30, description="Largest request body."
+    )
+    max_connections_per_client: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="Open connections per client address and router replica; beyond it the "
+        "address's oldest idle one is closed, or the new one. Raise it behind an ingress or a "
+        "NAT that brings many users from one address.",
     )
     timeouts: RouterTimeouts = Field(default_factory=RouterTimeouts)
     priority_header: str = Field(
@@ -402,6 +433,11 @@ class PriorityClass(Model):
         ge=1,
         le=1_000_000,
         description="Admission limit per router replica for this class.",
+    )
+    require_key: bool = Field(
+        default=False,
+        description="Only requests with an API key (Authorization: Bearer) that the Secret "
+        "<name>-class-keys grants this class may use it; without, the class header is 401.",
     )
 
 

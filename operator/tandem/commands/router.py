@@ -38,6 +38,21 @@ def register(sub: Any) -> None:
     s.add_argument("--prefill-timeout", type=float, metavar="S", help="seconds (60)")
     s.add_argument("--first-token-timeout", type=float, metavar="S", help="seconds (120)")
     s.add_argument("--idle-timeout", type=float, metavar="S", help="stream silence, s (60)")
+    s.add_argument(
+        "--header-timeout", type=float, metavar="S", help="connect to whole request head, s (10)"
+    )
+    s.add_argument(
+        "--body-timeout", type=float, metavar="S", help="request head to whole body, s (30)"
+    )
+    s.add_argument(
+        "--client-idle-timeout", type=float, metavar="S", help="idle keep-alive connection, s (75)"
+    )
+    s.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        metavar="N",
+        help="open connections per client address (1024)",
+    )
     s.add_argument("--priority-header", metavar="NAME", help="(x-tandem-priority-class)")
     s.add_argument(
         "--class",
@@ -47,6 +62,12 @@ def register(sub: Any) -> None:
         help="a priority class (repeatable; the first is the default)",
     )
     s.add_argument("--default-class", metavar="NAME", help="class of requests without header")
+    s.add_argument(
+        "--require-key",
+        action="append",
+        metavar="CLASS",
+        help="the class needs an API key that grants it (repeatable; keys from --class-keys)",
+    )
     s.add_argument(
         "--priority-scheduling",
         action="store_true",
@@ -59,6 +80,13 @@ def register(sub: Any) -> None:
         "--prefix-affinity-tokens", type=int, metavar="N", help="0 turns affinity off (64)"
     )
     tuning.add_argument("--scrape-interval", type=float, metavar="S", help="seconds (1)")
+    tuning.add_argument(
+        "--class-keys",
+        type=Path,
+        metavar="DIR",
+        help="API keys that grant priority classes: one file per class, one key per line "
+        "(in a cluster, the Secret <service>-class-keys mounted here by the operator)",
+    )
     tuning.add_argument(
         "--loop",
         choices=["auto", "asyncio", "uvloop"],
@@ -92,16 +120,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from tandem.router.app import build_app, serve_until_signalled
 
-    app = build_app(config, discovery)
+    app = build_app(config, discovery, class_keys=args.class_keys)
     try:
         loop_factory = _loop_factory(args.loop)
     except ImportError:
         print("tandem router: --loop uvloop needs the uvloop package", file=sys.stderr)
         return 2
+    from tandem.router.keys import KeyFileError
+
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve_until_signalled(app, args.host, args.port))
-    except RuntimeError as err:  # e.g. the InferenceService could not be read
+    except (RuntimeError, KeyFileError) as err:  # the InferenceService, the class keys
         print(f"tandem router: {err}", file=sys.stderr)
         return 1
     return 0

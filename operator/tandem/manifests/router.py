@@ -2,7 +2,10 @@
 
 In a cluster the router reads its pools from the InferenceService (classes, limits,
 timeouts) and watches the ready pods of its pools, so it gets a ServiceAccount with
-exactly ``get/list/watch`` on pods and InferenceServices in its own namespace.
+exactly ``get/list/watch`` on pods and InferenceServices in its own namespace. When a
+priority class requires an API key, the Secret ``<name>-class-keys`` (one key per class
+name, its keys one per line) is mounted into the router as files: the router reads its
+keys there, never through the API, and its account may read no Secret.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from tandem.manifests.meta import (
 
 ROLE: Final = "router"
 RUN_AS_UID = 10001
+#: Where the class keys Secret is mounted in the router container.
+CLASS_KEYS_DIR: Final = "/etc/tandem/class-keys"
+
+
+def class_keys_secret(isvc: InferenceService) -> str:
+    """Name of the Secret holding the API keys of the service's priority classes."""
+    return f"{isvc.name}-class-keys"
 
 
 def router_url(isvc: InferenceService) -> str:
@@ -32,21 +42,15 @@ def router_url(isvc: InferenceService) -> str:
 
 def build_router_deployment(isvc: InferenceService, owner: Owner) -> dict[str, Any]:
     router = isvc.spec.router
-    container = {
+    keyed = any(c.require_key for c in isvc.spec.qos.priority_classes)
+    command = ["tandem", "router", "--host", "0.0.0.0", "--port", str(HTTP_PORT),
+               "--namespace", isvc.namespace, "--service", isvc.name]  # fmt: skip
+    if keyed:
+        command += ["--class-keys", CLASS_KEYS_DIR]
+    container: dict[str, Any] = {
         "name": "router",
         "image": router.image or TANDEM_IMAGE,
-        "command": [
-            "tandem",
-            "router",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(HTTP_PORT),
-            "--namespace",
-            isvc.namespace,
-            "--service",
-            isvc.name,
-        ],
+        "command": command,
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": router.cpu, "memory": router.memory},
@@ -70,22 +74,29 @@ def build_router_deployment(isvc: InferenceService, owner: Owner) -> dict[str, A
             "runAsUser": RUN_AS_UID,
         },
     }
-    template = with_spec_hash(
-        {
-            "metadata": {"labels": labels(isvc, ROLE)},
-            "spec": {
-                "serviceAccountName": child_name(isvc, ROLE),
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": int(isvc.spec.router.timeouts.idle_stream) + 30,
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": RUN_AS_UID,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [container],
-            },
-        }
-    )
+    pod: dict[str, Any] = {
+        "serviceAccountName": child_name(isvc, ROLE),
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": int(isvc.spec.router.timeouts.idle_stream) + 30,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+    if keyed:
+        container["volumeMounts"] = [
+            {"name": "class-keys", "mountPath": CLASS_KEYS_DIR, "readOnly": True}
+        ]
+        # optional: the router starts without it, and keyed classes refuse every request
+        pod["volumes"] = [
+            {
+                "name": "class-keys",
+                "secret": {"secretName": class_keys_secret(isvc), "optional": True},
+            }
+        ]
+    template = with_spec_hash({"metadata": {"labels": labels(isvc, ROLE)}, "spec": pod})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -4,22 +4,29 @@
 :class:`~tandem.router.state.Router`; the HTTP client, discovery and the metrics
 scraper start and stop in ``cleanup_ctx``. :func:`start_router` serves it with handler
 cancellation on, so a client that disconnects cancels its request all the way to the
-engine. Does I/O (it is the shell).
+engine, and with every client connection under the app's
+:class:`~tandem.router.connections.ConnectionGuard` (the listener is the router's own
+``asyncio`` server around aiohttp's protocol factory). Does I/O (it is the shell).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from tandem.router.config import RouterConfig
+from tandem.router.connections import CONNECTIONS, ConnectionGuard, connection_states
 from tandem.router.discovery import Discovery
+from tandem.router.keyfile import keep_class_keys, load_class_keys
 from tandem.router.proxy import (
     ROUTER,
     handle_chat,
@@ -27,21 +34,49 @@ from tandem.router.proxy import (
     handle_health,
     handle_metrics,
     handle_models,
+    request_ids,
 )
 from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
 
 log = logging.getLogger("tandem.router")
+#: aiohttp's per-connection server log, as the router's own.
+HTTP_LOG = logging.getLogger("tandem.router.http")
+
+
+class ClientProtocolErrors(logging.Filter):
+    """A malformed request (bad request line, broken chunked framing, oversized header)
+    is the client's error, not the router's: aiohttp answers it 400 and logs it as an
+    error with a traceback; here it becomes one INFO line, so hostile clients cannot fill
+    the log with tracebacks. Errors of the router's own code keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {exc.message or type(exc).__name__}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+HTTP_LOG.addFilter(ClientProtocolErrors())
 
 DISCOVERY: web.AppKey[Discovery] = web.AppKey("discovery", Discovery)
 
 
 def build_app(
-    config: RouterConfig, discovery: Discovery, *, seed: int | None = None
+    config: RouterConfig,
+    discovery: Discovery,
+    *,
+    seed: int | None = None,
+    class_keys: Path | None = None,
 ) -> web.Application:
-    """A router app; nothing runs until it is started."""
-    app = web.Application()
-    app[ROUTER] = Router(config, seed=seed)
+    """A router app; nothing runs until it is started. ``class_keys``: the directory of
+    the API keys that grant priority classes (read at start, then kept current)."""
+    app = web.Application(middlewares=[connection_states, request_ids])
+    router = app[ROUTER] = Router(config, seed=seed)
+    app[CONNECTIONS] = ConnectionGuard(router)
     app[DISCOVERY] = discovery
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/v1/chat/completions", handle_chat)
@@ -51,6 +86,8 @@ def build_app(
     app.cleanup_ctx.append(_http_client)
     app.cleanup_ctx.append(_discovery)
     app.cleanup_ctx.append(_scraper)
+    if class_keys is not None:
+        app.cleanup_ctx.append(functools.partial(_class_keys, directory=class_keys))
     return app
 
 
@@ -72,6 +109,16 @@ async def _discovery(app: web.Application) -> AsyncIterator[None]:
     await discovery.close()
 
 
+async def _class_keys(app: web.Application, *, directory: Path) -> AsyncIterator[None]:
+    router = app[ROUTER]
+    load_class_keys(router, directory)  # unreadable at start: the router does not start
+    task = asyncio.create_task(keep_class_keys(router, directory), name="router-class-keys")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def _scraper(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(scrape_forever(app[ROUTER]), name="router-scraper")
     yield
@@ -82,12 +129,15 @@ async def _scraper(app: web.Application) -> AsyncIterator[None]:
 
 @dataclass
 class Serving:
-    """A started router: its runner and the port it listens on."""
+    """A started router: its runner, its listener and the port it listens on."""
 
     runner: web.AppRunner
+    listener: asyncio.Server
     port: int
 
     async def stop(self) -> None:
+        """Stop listening, then let in-flight requests finish (the runner's drain)."""
+        self.listener.close()
         await self.runner.cleanup()
 
 
@@ -100,11 +150,15 @@ async def start_router(
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=shutdown_timeout_s,
+        logger=HTTP_LOG,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    return Serving(runner=runner, port=int(runner.addresses[0][1]))
+    server = runner.server
+    assert server is not None
+    listener = await asyncio.get_running_loop().create_server(
+        app[CONNECTIONS].factory(server), host, port, backlog=1024
+    )
+    return Serving(runner=runner, listener=listener, port=int(listener.sockets[0].getsockname()[1]))
 
 
 async def serve_until_signalled(app: web.Application, host: str, port: int) -> None:

@@ -29,9 +29,23 @@ class Timeouts:
     prefill_s: float = 60.0
     """The whole prefill leg: request sent to response body read."""
     first_token_s: float = 120.0
-    """From the decode request to its first byte (a non-streaming answer's whole head)."""
+    """From the decode request to its first byte. A non-streaming answer has no first
+    byte until it is whole: its leg fails once the engine has shown no progress (token
+    counters unchanged at its scrapes) for this long."""
     idle_stream_s: float = 60.0
-    """Longest silence between two chunks of a streaming answer."""
+    """Longest silence between two chunks of a streaming answer; also the longest a
+    streaming client may take no bytes before it is cut."""
+    request_header_s: float = 10.0
+    """From connect (or a later request's first byte) to the whole request head. Clients
+    send a head in one packet; a slow one only holds a socket."""
+    request_body_s: float = 30.0
+    """From the request head to the whole body, read before admission, so a client that
+    trickles its body holds no admission slot; beyond it: 408. (An 8 MiB body in 30 s
+    needs 280 kB/s.)"""
+    client_idle_s: float = 75.0
+    """A keep-alive connection with no request is closed after this. Longer than the 60 s
+    idle timeout of common load balancers, so they close first and never reuse a
+    connection the router is closing."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,8 @@ class ClassConfig:
     """vLLM request priority (lower runs first); sent only under the priority policy."""
     max_inflight: int | None = None
     """In-flight requests of this class per router replica; ``None``: only the global bound."""
+    require_key: bool = False
+    """Granted only to requests whose API key lists the class (``--class-keys``)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,11 @@ class RouterConfig:
     """In-flight requests per router replica, all classes together; beyond it: 429."""
     max_body_bytes: int = 8 * 1024 * 1024
     """Largest request body accepted; beyond it: 413."""
+    max_connections_per_client: int = 1024
+    """Open connections per client address. Beyond it the address's oldest connection
+    without a request in progress is closed, or the new one if all are busy. As many as
+    ``max_inflight``, so one address (an ingress, a NAT, a batch client) can still use a
+    replica's whole admission but not hold sockets without bound."""
     priority_header: str = "x-tandem-priority-class"
     """Request header naming the priority class (matched case-insensitively)."""
     classes: tuple[ClassConfig, ...] = (ClassConfig(DEFAULT_CLASS),)
@@ -96,7 +117,9 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
     spec = isvc.spec
     router = spec.router
     declared = tuple(
-        ClassConfig(name=c.name, priority=c.priority, max_inflight=c.max_inflight)
+        ClassConfig(
+            name=c.name, priority=c.priority, max_inflight=c.max_inflight, require_key=c.require_key
+        )
         for c in spec.qos.priority_classes
     )
     classes = declared or (ClassConfig(DEFAULT_CLASS),)
@@ -109,9 +132,13 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
             prefill_s=router.timeouts.prefill,
             first_token_s=router.timeouts.first_token,
             idle_stream_s=router.timeouts.idle_stream,
+            request_header_s=router.timeouts.request_header,
+            request_body_s=router.timeouts.request_body,
+            client_idle_s=router.timeouts.client_idle,
         ),
         max_inflight=router.max_inflight,
         max_body_bytes=router.max_body_bytes,
+        max_connections_per_client=router.max_connections_per_client,
         priority_header=router.priority_header,
         classes=classes,
         default_class=default,

@@ -1,11 +1,13 @@
-"""The three engine gauges selection reads, parsed from Prometheus text. Pure.
+"""The engine figures the router reads, parsed from Prometheus text. Pure.
 
-vLLM exports ``vllm:num_requests_waiting``, ``vllm:num_requests_running`` and
-``vllm:kv_cache_usage_perc`` with colons in the plain text format and with underscores
-(``vllm_num_requests_waiting``) in OpenMetrics; both spellings are accepted. An engine
-with several data-parallel ranks reports one sample per ``engine`` label: queue depths
-are summed, KV usage averaged. Only the needed lines are looked at, so a 100 kB page of
-histograms costs a fraction of a millisecond.
+Selection reads three gauges: ``vllm:num_requests_waiting``, ``vllm:num_requests_running``
+and ``vllm:kv_cache_usage_perc``. Timing a non-streaming answer reads two counters,
+``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total``: while their sum moves,
+the engine is working. vLLM writes them with colons in the plain text format and with
+underscores (``vllm_num_requests_waiting``) in OpenMetrics; both spellings are accepted.
+An engine with several data-parallel ranks reports one sample per ``engine`` label:
+queue depths and counters are summed, KV usage averaged. Only the needed lines are
+looked at, so a 100 kB page of histograms costs a fraction of a millisecond.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from dataclasses import dataclass
 WAITING = "num_requests_waiting"
 RUNNING = "num_requests_running"
 KV_USAGE = "kv_cache_usage_perc"
-_WANTED = (WAITING, RUNNING, KV_USAGE)
+PROMPT_TOKENS = "prompt_tokens_total"
+GENERATION_TOKENS = "generation_tokens_total"
+_WANTED = (WAITING, RUNNING, KV_USAGE, PROMPT_TOKENS, GENERATION_TOKENS)
 _PREFIXES = tuple(f"vllm{sep}{name}" for name in _WANTED for sep in (":", "_"))
 
 
@@ -26,6 +30,8 @@ class EngineGauges:
     waiting: float | None
     running: float | None
     kv_usage: float | None
+    tokens_total: float | None = None
+    """Prompt plus generated tokens the engine has processed since it started."""
 
 
 def parse_engine_gauges(text: str) -> EngineGauges:
@@ -33,7 +39,9 @@ def parse_engine_gauges(text: str) -> EngineGauges:
 
     >>> page = 'vllm:num_requests_waiting{engine="0"} 3.0\\nvllm_kv_cache_usage_perc 0.25\\n'
     >>> parse_engine_gauges(page)
-    EngineGauges(waiting=3.0, running=None, kv_usage=0.25)
+    EngineGauges(waiting=3.0, running=None, kv_usage=0.25, tokens_total=None)
+    >>> parse_engine_gauges('vllm:prompt_tokens_total 10\nvllm:generation_tokens_total 5\n')
+    EngineGauges(waiting=None, running=None, kv_usage=None, tokens_total=15.0)
     """
     values: dict[str, list[float]] = {name: [] for name in _WANTED}
     for line in text.splitlines():
@@ -43,10 +51,12 @@ def parse_engine_gauges(text: str) -> EngineGauges:
         if name is not None and value is not None:
             values[name].append(value)
     waiting, running, kv = values[WAITING], values[RUNNING], values[KV_USAGE]
+    tokens = values[PROMPT_TOKENS] + values[GENERATION_TOKENS]
     return EngineGauges(
         waiting=sum(waiting) if waiting else None,
         running=sum(running) if running else None,
         kv_usage=sum(kv) / len(kv) if kv else None,
+        tokens_total=sum(tokens) if tokens else None,
     )
 
 

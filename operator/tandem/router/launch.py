@@ -35,7 +35,13 @@ def build_settings(args: argparse.Namespace) -> RouterConfig:
     config = replace(config, **tuning)
     if _cluster(args):
         return config
-    return _apply_flags(config, args)
+    out = _apply_flags(config, args)
+    keyed = [c.name for c in out.classes if c.require_key]
+    if keyed and args.class_keys is None:
+        raise SetupError(
+            f"classes {', '.join(keyed)} require a key: give the keys with --class-keys DIR"
+        )
+    return out
 
 
 def _apply_flags(config: RouterConfig, args: argparse.Namespace) -> RouterConfig:
@@ -44,6 +50,10 @@ def _apply_flags(config: RouterConfig, args: argparse.Namespace) -> RouterConfig
         changes["max_inflight"] = _at_least(1, args.max_inflight, "--max-inflight")
     if args.max_body_bytes is not None:
         changes["max_body_bytes"] = _at_least(1, args.max_body_bytes, "--max-body-bytes")
+    if args.max_connections_per_client is not None:
+        changes["max_connections_per_client"] = _at_least(
+            1, args.max_connections_per_client, "--max-connections-per-client"
+        )
     if args.priority_header is not None:
         changes["priority_header"] = args.priority_header
     if args.priority_scheduling:
@@ -59,11 +69,25 @@ def _apply_flags(config: RouterConfig, args: argparse.Namespace) -> RouterConfig
         changes["default_class"] = classes[0].name
     if args.default_class is not None:
         changes["default_class"] = args.default_class
+    if args.require_key:
+        classes = changes.get("classes", config.classes)
+        unknown = sorted(set(args.require_key) - {c.name for c in classes})
+        if unknown:
+            raise SetupError(
+                f"--require-key names no class: {', '.join(unknown)}; classes: "
+                f"{', '.join(c.name for c in classes)}"
+            )
+        changes["classes"] = tuple(
+            replace(c, require_key=c.require_key or c.name in args.require_key) for c in classes
+        )
     timeouts = {
         "connect_s": args.connect_timeout,
         "prefill_s": args.prefill_timeout,
         "first_token_s": args.first_token_timeout,
         "idle_stream_s": args.idle_timeout,
+        "request_header_s": args.header_timeout,
+        "request_body_s": args.body_timeout,
+        "client_idle_s": args.client_idle_timeout,
     }
     for name, value in timeouts.items():
         if value is not None and value <= 0:

@@ -3,12 +3,16 @@
 :func:`choose` waits (bounded) for a pool that is momentarily empty and applies the
 pure selection; :func:`run_prefill` is the whole prefill phase of a request, retried
 once on another prefill engine. The decode leg, which streams, is in
-:mod:`tandem.router.relay`.
+:mod:`tandem.router.relay`. A retry goes only to a different engine that is healthy
+now (:func:`choose` with ``retry=True``): sending it back to the engine that just
+failed, or to one that failed a moment ago, would cost the request a second leg for
+nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +23,8 @@ from tandem.router.protocol import ParsedRequest, build_prefill_body, parse_kv_p
 from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
 from tandem.router.state import Router
 from tandem.router.upstream import Passthrough, UpstreamFailure, post_json
+
+log = logging.getLogger("tandem.router")
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -69,18 +75,24 @@ def new_request_id(given: str | None) -> str:
     return uuid.uuid4().hex
 
 
-async def choose(ex: Exchange, role: str, *, wait: bool = True) -> Endpoint | None:
+async def choose(
+    ex: Exchange, role: str, *, wait: bool = True, retry: bool = False
+) -> Endpoint | None:
     """The engine for ``role``'s next leg, excluding ones this request already tried.
 
     ``wait``: when the pool is empty, wait for an engine up to the connect timeout. The
     prefill leg does not wait: without prefill engines a request goes decode-only at once.
+    ``retry``: only an engine that is healthy now; ``None`` when there is none. (A first
+    attempt may go to an ejected engine when every engine is; a retry may not.)
     """
     router, parsed = ex.router, ex.parsed
     if wait and not router.pools[role].endpoints:
         await router.wait_for_endpoints(role, ex.config.timeouts.connect_s)
     tried = frozenset(ex.tried.get(role, ()))
-    members = router.pools[role].members()
     now_s = asyncio.get_running_loop().time()
+    members = router.pools[role].members()
+    if retry:
+        members = [e for e in members if e.healthy(now_s) and e.url not in tried]
     affinity = parsed.prefix if ex.config.prefix_affinity_tokens > 0 else None
     mean = router.prompt_sizes.mean_tokens
     if role == "prefill":
@@ -108,6 +120,17 @@ async def choose(ex: Exchange, role: str, *, wait: bool = True) -> Endpoint | No
     return chosen
 
 
+def note_failure(ex: Exchange, endpoint: Endpoint, err: UpstreamFailure) -> None:
+    """Log a failed leg (the engine and the error: never sent to the client) and back
+    the engine off: out for its ``Retry-After`` when overloaded, else an ejection."""
+    log.warning("request %s: %s engine %s", ex.request_id, endpoint.role, err.detail)
+    now_s = asyncio.get_running_loop().time()
+    if err.overloaded:
+        endpoint.record_overload(now_s, err.retry_after_s or ex.config.retry_after_s)
+    else:
+        endpoint.record_failure(now_s)
+
+
 @dataclass(frozen=True)
 class PrefillResult:
     """The prefill phase's outcome: KV params to hand off, or ``None`` (decode-only)."""
@@ -126,7 +149,7 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
     body = build_prefill_body(ex.parsed.body, ex.priority)
     url_path = PATHS[ex.parsed.kind]
     for attempt in range(2):
-        endpoint = await choose(ex, "prefill", wait=False)
+        endpoint = await choose(ex, "prefill", wait=False, retry=attempt > 0)
         if endpoint is None:
             break
         if attempt:
@@ -143,8 +166,8 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
                 timeout_s=config.timeouts.prefill_s,
                 client_timeout=router.client_timeout,
             )
-        except UpstreamFailure:
-            endpoint.record_failure(asyncio.get_running_loop().time())
+        except UpstreamFailure as err:
+            note_failure(ex, endpoint, err)
             continue
         finally:
             endpoint.outstanding_requests -= 1

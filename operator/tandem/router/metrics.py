@@ -18,6 +18,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -121,6 +122,20 @@ class RouterMetrics:
             "tandem_router_rejections",
             "Requests refused by the router's protection, by class and reason.",
             ["class", "reason"],
+            registry=reg,
+        )
+        self.connections_closed = Counter(
+            "tandem_router_connections_closed",
+            "Client connections the router closed, by reason: header_timeout (no whole "
+            "request head in time), idle (keep-alive without a request), client_limit (an "
+            "idle one, to make room for a new one of the same address), refused (every "
+            "connection of the address was busy).",
+            ["reason"],
+            registry=reg,
+        )
+        self.client_connections = Gauge(
+            "tandem_router_client_connections",
+            "Client connections open.",
             registry=reg,
         )
         reg.register(InflightCollector(pools))

@@ -247,6 +247,7 @@ def build_error_body(
 ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
+    408: "RequestTimeoutError",
     413: "RequestEntityTooLargeError",
     429: "RateLimitError",
     499: "ClientClosedRequest",

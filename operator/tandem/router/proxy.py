@@ -1,24 +1,37 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
-A generation request goes: class (header) → body size → admission → parse → prefill
-leg (disaggregated mode, unless the prompt is short) → decode leg, relayed. Every
-outcome is counted once in ``tandem_router_requests_total{class,code}``.
+A generation request goes: class (header, and the API key when the class needs one) →
+body, read whole under its deadline → admission → parse → prefill leg (disaggregated
+mode, unless the prompt is short) → decode leg, relayed. Every outcome is counted once
+in ``tandem_router_requests_total{class,code}``.
+
+Every answer carries ``X-Request-Id`` (:func:`request_ids`, a middleware): the client's
+own when it sent a sane one, else a fresh one, also on answers the router makes before
+a handler knows anything about the request (429, 413, an unknown path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from tandem.router.classes import (
+    REASON_BODY_TIMEOUT,
     REASON_BODY_TOO_LARGE,
+    REASON_CLASS_KEY,
     REASON_UNKNOWN_CLASS,
+    ClassDenied,
     UnknownClass,
     resolve_class,
 )
+from tandem.router.config import RouterConfig
+from tandem.router.keys import parse_bearer
 from tandem.router.legs import Exchange, new_request_id, run_prefill
 from tandem.router.protocol import CHARS_PER_TOKEN, Kind, RequestError, parse_request
 from tandem.router.relay import run_generation
@@ -27,9 +40,29 @@ from tandem.router.state import Router
 from tandem.router.upstream import Passthrough
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
+#: The request's id, set by :func:`request_ids` before any handler runs.
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+log = logging.getLogger("tandem.router")
 #: Class label for requests naming an undeclared class (never the client's string,
 #: which would let clients create label values without bound).
 UNKNOWN_CLASS_LABEL = "unknown"
+
+
+@web.middleware
+async def request_ids(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Give the request its id and put it on whatever answer comes back."""
+    request_id = new_request_id(request.headers.get("X-Request-Id"))
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers.setdefault("X-Request-Id", request_id)
+        raise
+    if not response.prepared:
+        response.headers.setdefault("X-Request-Id", request_id)
+    return response
 
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:
@@ -45,13 +78,27 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
     config = router.config
     arrival_s = asyncio.get_running_loop().time()
     metrics = router.metrics
-    klass = resolve_class(request.headers.get(config.priority_header), config)
+    authorization = request.headers.get("Authorization")
+    granted = router.class_keys.classes_of(parse_bearer(authorization))
+    klass = resolve_class(request.headers.get(config.priority_header), config, granted)
     if isinstance(klass, UnknownClass):
         metrics.rejections.labels(UNKNOWN_CLASS_LABEL, REASON_UNKNOWN_CLASS).inc()
         metrics.requests.labels(UNKNOWN_CLASS_LABEL, "400").inc()
         return error_response(400, klass.message, param=config.priority_header)
+    if isinstance(klass, ClassDenied):
+        metrics.rejections.labels(klass.name, REASON_CLASS_KEY).inc()
+        metrics.requests.labels(klass.name, str(klass.status)).inc()
+        return error_response(klass.status, klass.message, param=config.priority_header)
     if (request.content_length or 0) > config.max_body_bytes:
         return _too_large(router, klass.name)
+    try:
+        raw = await _read_body(request, config, klass.name)
+    except asyncio.CancelledError:
+        metrics.requests.labels(klass.name, "499").inc()  # the client went away
+        raise
+    if isinstance(raw, web.Response):
+        metrics.requests.labels(klass.name, str(raw.status)).inc()
+        return raw
     reason = router.admission.try_admit(klass, config)
     if reason is not None:
         metrics.rejections.labels(klass.name, reason).inc()
@@ -63,12 +110,8 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             retry_after_s=config.retry_after_s,
         )
     code = 499  # a cancellation (the client went away) leaves it so
-    request_id = new_request_id(request.headers.get("X-Request-Id"))
+    request_id = request[REQUEST_ID]
     try:
-        raw = await _read_body(request, config.max_body_bytes)
-        if raw is None:
-            code = 413
-            return _too_large(router, klass.name, count_request=False)
         try:
             parsed = parse_request(
                 raw, kind, prefix_chars=config.prefix_affinity_tokens * CHARS_PER_TOKEN
@@ -78,8 +121,8 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             return error_response(err.status, err.message, request_id=request_id, param=err.param)
         router.prompt_sizes.add(parsed.prompt_tokens)
         headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
-        if "Authorization" in request.headers:
-            headers["Authorization"] = request.headers["Authorization"]
+        if authorization is not None and not granted:  # a class key stays in the router
+            headers["Authorization"] = authorization
         ex = Exchange(
             router=router,
             config=config,
@@ -115,15 +158,37 @@ def _too_large(router: Router, klass: str, *, count_request: bool = True) -> web
     return error_response(413, f"request body larger than {limit} bytes")
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes | None:
-    """The body, or ``None`` once it passes ``limit`` bytes (chunked bodies included)."""
+async def _read_body(
+    request: web.Request, config: RouterConfig, klass: str
+) -> bytes | web.Response:
+    """The whole body, read before admission under ``request_body_s``; else the answer
+    that refuses it: 413 once it passes ``max_body_bytes`` (chunked bodies included), 408
+    when it does not arrive in time, 400 when its framing is broken.
+
+    Before admission, so a client that trickles its body holds a connection (bounded per
+    address, :mod:`tandem.router.connections`) but never an admission slot."""
+    router_metrics = request.app[ROUTER].metrics
     parts: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return None
-        parts.append(chunk)
+    deadline_s = config.timeouts.request_body_s
+    try:
+        async with asyncio.timeout(deadline_s):
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > config.max_body_bytes:
+                    return _too_large(request.app[ROUTER], klass, count_request=False)
+                parts.append(chunk)
+    except TimeoutError:
+        router_metrics.rejections.labels(klass, REASON_BODY_TIMEOUT).inc()
+        answer = error_response(408, f"request body not received within {deadline_s:g} s")
+        answer.force_close()
+        return answer
+    except (web.RequestPayloadError, HttpProcessingError) as err:
+        # broken chunked framing, a body shorter than its Content-Length at EOF
+        message = getattr(err, "message", None) or type(err).__name__
+        answer = error_response(400, f"malformed request body: {message}")
+        answer.force_close()
+        return answer
     return b"".join(parts)
 
 
@@ -131,7 +196,7 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
     """``GET /v1/models`` from a generating engine (decode or pool), retried once."""
     router = request.app[ROUTER]
     role = router.roles()[-1]
-    failure = "no ready engine"
+    failure = f"no ready {role} engine"
     tried: set[str] = set()
     for _ in range(2):
         endpoint = await _pick_any(router, role, tried)
@@ -149,10 +214,13 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
                                 "Content-Type": resp.headers.get("Content-Type", "application/json")
                             },
                         )
-                    failure = f"{endpoint} answered {resp.status}"
+                    failure = f"the {role} engine failed (HTTP {resp.status})"
+                    detail = f"answered {resp.status}"
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            failure = f"{endpoint}: {type(err).__name__}"
-    return error_response(503, failure, retry_after_s=1)
+            failure = f"the {role} engine could not be asked ({type(err).__name__})"
+            detail = f"{type(err).__name__}: {err}"
+        log.warning("request %s: /v1/models from %s: %s", request[REQUEST_ID], endpoint, detail)
+    return error_response(503, failure, retry_after_s=router.config.retry_after_s)
 
 
 async def _pick_any(router: Router, role: str, tried: set[str]) -> str | None:

@@ -1,23 +1,34 @@
 """The generating leg (decode, or the aggregated pool), relayed to the client. Does HTTP I/O.
 
-Before the first byte reaches the client a failure is retried once on another engine;
-on a decode retry the KV the prefill engine holds is reused only if it can be trusted
-(:func:`tandem.router.protocol.decide_kv_reusable`), else prefill runs again. After the
-first byte the client has a 200 status line, so a broken stream ends with an SSE error
-event and ``[DONE]``: the client always sees an end. The engine's bytes are relayed
-unchanged; a client that goes away closes the engine connection, which makes the
-engine abort the request and free its KV.
+Before the first byte reaches the client a failure is retried once, on another engine
+that is healthy now (none: no retry, the failure is the answer). On a decode retry the
+KV the prefill engine holds is reused if it can be trusted
+(:func:`tandem.router.protocol.decide_kv_reusable`), else prefill runs again; that
+second prefill runs only once the other decode engine is known. An overloaded engine
+(503 or 429) is not an error: when no other engine can take the request, the client
+gets the overload as it is, 503 or 429 with ``Retry-After``.
+
+After the first byte the client has a 200 status line, so a broken stream ends with an
+SSE error event and ``[DONE]``: the client always sees an end. The engine's bytes are
+relayed unchanged; a client that goes away closes the engine connection, which makes
+the engine abort the request and free its KV (vLLM's decode engine, aborting a request
+before it pulled the KV, also tells the prefill engine to free its copy).
+
+A non-streaming answer shows no bytes until it is whole, so its engine's progress (the
+token counters the scraper reads) stands in for the first token: the leg fails only
+once the engine has shown no progress for the first-token timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import aiohttp
 from aiohttp import web
 
-from tandem.router.legs import PATHS, Exchange, choose, run_prefill
+from tandem.router.legs import PATHS, Exchange, choose, note_failure, run_prefill
 from tandem.router.protocol import build_decode_body, build_sse_error, decide_kv_reusable
 from tandem.router.responses import error_response, passthrough_response
 from tandem.router.selection import Endpoint
@@ -28,9 +39,14 @@ from tandem.router.upstream import (
     UpstreamFailure,
     classify,
     open_stream,
+    transport_failure,
 )
 
+log = logging.getLogger("tandem.router")
+
 DONE = b"data: [DONE]\n\n"
+#: Engines one request may try for its generating leg: the first and one retry.
+MAX_ATTEMPTS = 2
 
 
 async def run_generation(
@@ -38,28 +54,30 @@ async def run_generation(
 ) -> web.StreamResponse:
     """The answer to the client: from one engine, or a second after a failure."""
     role = "pool" if ex.config.mode == "aggregated" else "decode"
+    metrics = ex.router.metrics
     failure: UpstreamFailure | None = None
-    for attempt in range(2):
-        endpoint = await choose(ex, role)
+    endpoint = await choose(ex, role)
+    for attempt in range(MAX_ATTEMPTS):
         if endpoint is None:
             break
-        if attempt:
-            ex.router.metrics.retries.labels(role).inc()
         ex.mark_dispatch()
         try:
             return await relay_once(ex, request, endpoint, kv_params)
         except UpstreamFailure as err:
             failure = err
-            endpoint.record_failure(asyncio.get_running_loop().time())
-        if (
-            attempt == 0
-            and kv_params is not None
-            and not decide_kv_reusable(
-                kv_params, delivered=failure.delivered, now_epoch_s=time.time()
-            )
+            note_failure(ex, endpoint, err)
+        if attempt + 1 == MAX_ATTEMPTS:
+            break
+        endpoint = await choose(ex, role, retry=True)
+        if endpoint is None:
+            break  # no other engine can take it: no retry, no second prefill
+        metrics.retries.labels(role).inc()
+        if kv_params is not None and not decide_kv_reusable(
+            kv_params, delivered=failure.delivered, now_epoch_s=time.time()
         ):
             ex.attempt += 1
             ex.tried.pop("prefill", None)
+            metrics.retries.labels("prefill").inc()
             again = await run_prefill(ex)
             if isinstance(again, Passthrough):
                 ex.code = again.status
@@ -68,10 +86,22 @@ async def run_generation(
     if failure is None:
         ex.code = 503
         return error_response(
-            503, f"no ready {role} engine", request_id=ex.request_id, retry_after_s=1
+            503,
+            f"no ready {role} engine",
+            request_id=ex.request_id,
+            retry_after_s=ex.config.retry_after_s,
         )
     ex.code = failure.status
-    return error_response(failure.status, failure.message, request_id=ex.request_id)
+    if failure.overloaded:
+        return error_response(
+            failure.status,
+            f"the {role} engines have no room (the last one tried {failure.reason}); retry later",
+            request_id=ex.request_id,
+            retry_after_s=failure.retry_after_s or ex.config.retry_after_s,
+        )
+    return error_response(
+        failure.status, f"the {role} engine {failure.reason}", request_id=ex.request_id
+    )
 
 
 async def relay_once(
@@ -88,9 +118,11 @@ async def relay_once(
     endpoint.outstanding_prompt_tokens += queued_tokens
     resp: aiohttp.ClientResponse | None = None
     complete = False
+    first_s = timeouts.first_token_s
+    progress = None if ex.parsed.stream else (lambda: endpoint.progress_s + first_s)
     try:
         try:
-            with StallGuard(timeouts.first_token_s, timeouts.idle_stream_s) as guard:
+            with StallGuard(first_s, timeouts.idle_stream_s, progress=progress) as guard:
                 resp = await open_stream(
                     router.session,
                     endpoint.url + PATHS[ex.parsed.kind],
@@ -104,7 +136,8 @@ async def relay_once(
                     guard.touch()
                     raw = await _read_all(resp, endpoint.url)
                     complete = True
-                    answer = classify(endpoint.url, resp.status, raw, content_type)
+                    retry_after = resp.headers.get("Retry-After")
+                    answer = classify(endpoint.url, resp.status, raw, content_type, retry_after)
                     if isinstance(answer, Passthrough):
                         ex.code = answer.status
                         return passthrough_response(answer, ex.request_id)
@@ -117,14 +150,17 @@ async def relay_once(
                     )
                 first = await _read_chunk(resp, endpoint.url)
         except StallTimeout:
+            what = "a first token" if ex.parsed.stream else "progress"
             raise UpstreamFailure(
-                f"{endpoint.url}: no first byte within {timeouts.first_token_s:g} s",
+                f"showed no {what} within {first_s:g} s",
+                detail=f"{endpoint.url}: no {what} within {first_s:g} s",
                 delivered=True,
-                timed_out=True,
+                status=504,
             ) from None
         if not first or first.startswith(b'data: {"error"'):
             raise UpstreamFailure(
-                f"{endpoint.url} ended its stream before the first token: {first[:200]!r}",
+                "ended its stream before the first token",
+                detail=f"{endpoint.url} ended its stream before the first token: {first[:200]!r}",
                 delivered=True,
             )
         endpoint.outstanding_prompt_tokens -= queued_tokens
@@ -152,7 +188,9 @@ async def stream_to_client(
     """Relay a stream whose first chunk arrived; also whether the engine's answer was whole.
 
     ``ex.code`` ends as 200, 502 or 504 (the stream broke and got an SSE error event)
-    or 499 (the client went away first).
+    or 499 (the client went away first, or stopped reading: a client that takes no
+    bytes for the idle-stream timeout is cut, so it cannot hold an engine and an
+    admission slot for as long as it likes).
     """
     loop = asyncio.get_running_loop()
     idle_s = ex.config.timeouts.idle_stream_s
@@ -173,22 +211,27 @@ async def stream_to_client(
         ex.router.metrics.kv_handoff.observe(now - ex.prefill_done_s)
     itl = ex.class_metrics.itl
     tail = first[-len(DONE) :]
-    broken: tuple[int, str] | None = None
+    broken: tuple[int, str, str] | None = None
+    writing = False
+    role = endpoint.role
     try:
         with StallGuard(idle_s, idle_s) as guard:
             while True:
                 try:
                     chunk = await resp.content.readany()
                 except (aiohttp.ClientError, OSError) as err:
-                    broken = 502, f"{endpoint.url} broke off the stream: {type(err).__name__}"
+                    name = type(err).__name__
+                    broken = 502, f"broke off the stream ({name})", f"{name}: {err}"
                     break
                 if not chunk:
                     break
                 guard.touch()
+                writing = True
                 try:
                     await client.write(chunk)
                 except (ConnectionError, aiohttp.ClientConnectionError):
                     return client, False
+                writing = False
                 now = loop.time()
                 itl.observe(now - last)
                 last = now
@@ -196,15 +239,26 @@ async def stream_to_client(
                     (tail + chunk)[-len(DONE) :] if len(chunk) < len(DONE) else chunk[-len(DONE) :]
                 )
     except StallTimeout:
-        broken = 504, f"{endpoint.url} sent nothing for {idle_s:g} s"
+        if writing:
+            cut_client(ex, request, f"it read nothing for {idle_s:g} s")
+            return client, False
+        broken = 504, f"sent nothing for {idle_s:g} s", "stalled"
     complete = broken is None and tail == DONE
     if not complete:
         endpoint.record_failure(loop.time())
-        status, message = broken or (502, f"{endpoint.url} ended the stream without [DONE]")
+        status, reason, detail = broken or (502, "ended the stream without [DONE]", "no [DONE]")
+        log.warning("request %s: %s engine %s: %s", ex.request_id, role, endpoint.url, detail)
         partial = not tail.endswith(b"\n\n")
+        event = build_sse_error(
+            f"the {role} engine {reason}", status=status, after_partial_event=partial
+        )
         try:
-            await client.write(build_sse_error(message, status=status, after_partial_event=partial))
+            async with asyncio.timeout(idle_s):
+                await client.write(event)
         except (ConnectionError, aiohttp.ClientConnectionError):
+            return client, False
+        except TimeoutError:
+            cut_client(ex, request, f"it read nothing for {idle_s:g} s")
             return client, False
         ex.code = status
     else:
@@ -217,19 +271,23 @@ async def stream_to_client(
     return client, complete
 
 
+def cut_client(ex: Exchange, request: web.Request, why: str) -> None:
+    """Drop a client connection that stopped reading (its unsent bytes are discarded)."""
+    log.warning("request %s: client %s cut off: %s", ex.request_id, request.remote, why)
+    ex.code = 499
+    if request.transport is not None:
+        request.transport.abort()
+
+
 async def _read_all(resp: aiohttp.ClientResponse, url: str) -> bytes:
     try:
         return await resp.read()
     except (aiohttp.ClientError, OSError) as err:
-        raise UpstreamFailure(
-            f"{url} failed: {type(err).__name__}: {err}", delivered=True
-        ) from None
+        raise transport_failure(url, err) from None
 
 
 async def _read_chunk(resp: aiohttp.ClientResponse, url: str) -> bytes:
     try:
         return await resp.content.readany()
     except (aiohttp.ClientError, OSError) as err:
-        raise UpstreamFailure(
-            f"{url} failed: {type(err).__name__}: {err}", delivered=True
-        ) from None
+        raise transport_failure(url, err) from None

@@ -1,9 +1,14 @@
-"""Periodic scraping of every engine's ``/metrics`` for selection. Does HTTP I/O.
+"""Periodic scraping of every engine's ``/metrics``: load, health, progress. Does HTTP I/O.
 
 One task per router, one concurrent GET per engine per interval, on the router's pooled
 client. Parsing is :func:`tandem.router.engine_metrics.parse_engine_gauges`; a scrape
 that fails or times out marks the engine unhealthy until one succeeds, which is how a
-dead engine in static mode leaves rotation before requests find out.
+dead engine in static mode leaves rotation before requests find out. The first good
+scrape after failed ones is the engine's health check passing: it also clears the
+ejection its failed requests earned, so a restarted engine takes traffic at once
+instead of waiting out a back-off it earned while it was down. Each good scrape also
+records whether the engine's token counters moved (the progress non-streaming answers
+are timed by).
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ async def scrape_endpoint(router: Router, endpoint: Endpoint) -> None:
     sample = parse_engine_gauges(text)
     if not endpoint.scrape_ok:
         log.info("scraping %s works again", endpoint.url)
+        endpoint.record_success()
     endpoint.record_scrape(sample.waiting, sample.running, sample.kv_usage)
+    endpoint.record_progress(sample.tokens_total, asyncio.get_running_loop().time())
 
 
 async def scrape_forever(router: Router) -> None:

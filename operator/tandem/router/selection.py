@@ -58,15 +58,40 @@ class Endpoint:
     consecutive_failures: int = 0
     ejected_until_s: float = 0.0
     """Monotonic time before which the engine is not chosen after request failures."""
+    tokens_total: float | None = None
+    """The engine's processed-token counters at the last scrape that had them."""
+    progress_s: float = float("-inf")
+    """Monotonic time of the last scrape that saw those counters move."""
 
     def healthy(self, now_s: float) -> bool:
         return self.scrape_ok and now_s >= self.ejected_until_s
 
     def record_failure(self, now_s: float) -> None:
-        """A request failed on this engine (connect error, 5xx, timeout): back off."""
+        """A request failed on this engine (connect error, 5xx, timeout): back off.
+
+        Failures while the engine is already ejected do not lengthen the ejection: they
+        are requests that were in flight on it when it failed (ten streams cut by one
+        crash are one failure, not ten), not new evidence.
+        """
+        if now_s < self.ejected_until_s:
+            return
         self.consecutive_failures += 1
         backoff_s = EJECT_BASE_S * 2 ** min(self.consecutive_failures - 1, 16)
         self.ejected_until_s = now_s + min(backoff_s, EJECT_MAX_S)
+
+    def record_overload(self, now_s: float, for_s: float) -> None:
+        """The engine answered that it has no room (503/429): leave it out for ``for_s``.
+
+        Not a failure: the engine works, and its next request should not wait longer
+        for having been busy, so the failure count is left alone.
+        """
+        self.ejected_until_s = max(self.ejected_until_s, now_s + for_s)
+
+    def record_progress(self, tokens_total: float | None, now_s: float) -> None:
+        """A scrape's processed-token counters; a change means the engine is working."""
+        if tokens_total is not None and tokens_total != self.tokens_total:
+            self.tokens_total = tokens_total
+            self.progress_s = now_s
 
     def record_success(self) -> None:
         self.consecutive_failures = 0

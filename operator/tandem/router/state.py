@@ -16,6 +16,7 @@ import aiohttp
 
 from tandem.router.classes import Admission
 from tandem.router.config import RouterConfig
+from tandem.router.keys import ClassKeys
 from tandem.router.metrics import RouterMetrics
 from tandem.router.pools import ROLES_BY_MODE, Pool, PromptSizes
 from tandem.router.selection import Endpoint
@@ -30,6 +31,8 @@ class Router:
         self.config = config
         self.pools: dict[str, Pool] = {role: Pool(role) for role in ("prefill", "decode", "pool")}
         self.admission = Admission()
+        self.class_keys = ClassKeys()
+        """API keys that grant priority classes (``--class-keys``); none by default."""
         self.prompt_sizes = PromptSizes()
         self.metrics = RouterMetrics(lambda: self.pools.values())
         self.rng = random.Random(seed)

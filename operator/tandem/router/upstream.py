@@ -4,7 +4,12 @@ A leg ends in one of three ways: the engine's answer (2xx), an answer to pass to
 client as is (:class:`Passthrough`: a 4xx is the client's problem, not the engine's),
 or an :class:`UpstreamFailure` the proxy may retry. ``delivered`` on a failure says
 whether the engine may have received the request, which decides whether the KV a
-prefill engine holds can still be trusted for a retry.
+prefill engine holds can still be trusted for a retry. An engine that answers 503 or 429
+is overloaded, not broken: the failure says so, with the engine's ``Retry-After``.
+
+A failure carries two texts: ``reason``, which may reach the client, and ``detail``, for
+the router's log only. Engine URLs and OS errors stay in the detail: in a cluster they
+are pod IPs and socket internals, nothing a client should see.
 
 Timing without a timer per chunk: :class:`StallGuard` keeps one deadline per stream,
 moved forward by a plain attribute write per chunk; its single timer only cancels the
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,19 +28,42 @@ import aiohttp
 
 #: Statuses that mean "try elsewhere" even though they are 4xx.
 RETRYABLE_4XX = frozenset({408, 429})
+#: Statuses of an engine that is alive but has no room (vLLM answers 503 when its
+#: ``--max-num-queued-reqs``/``--max-num-queued-tokens`` admission control refuses).
+OVERLOAD_STATUSES = frozenset({429, 503})
+#: Longest ``Retry-After`` passed on from an engine (seconds).
+MAX_RETRY_AFTER_S = 3600
 
 
 class UpstreamFailure(Exception):
-    """A leg that failed in a way another engine might not."""
+    """A leg that failed in a way another engine might not.
 
-    def __init__(self, message: str, *, delivered: bool, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.message, self.delivered, self.timed_out = message, delivered, timed_out
+    ``reason`` completes "the decode engine ..." for the client; ``detail`` names the
+    engine and the low-level error for the log. ``status`` is what the client is
+    answered if no retry succeeds: 504 for a timeout, the engine's 503 or 429 for an
+    overload (with ``retry_after_s`` when the engine gave one), else 502.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        detail: str,
+        delivered: bool,
+        status: int = 502,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.reason, self.detail, self.delivered = reason, detail, delivered
+        self.status, self.retry_after_s = status, retry_after_s
 
     @property
-    def status(self) -> int:
-        """What the client is answered if no retry succeeds: 504 for a timeout, else 502."""
-        return 504 if self.timed_out else 502
+    def timed_out(self) -> bool:
+        return self.status == 504
+
+    @property
+    def overloaded(self) -> bool:
+        return self.status in OVERLOAD_STATUSES
 
 
 @dataclass(frozen=True)
@@ -54,17 +83,23 @@ class StallGuard:
     """Cancels the current task when its deadline passes; ``touch`` moves the deadline.
 
     Starts with ``first_s`` (time to first byte); each :meth:`touch` sets the deadline to
-    now plus ``idle_s``. Use as a context manager: a guard-made cancellation leaves it as
-    :class:`StallTimeout`, any other cancellation (the client went away) passes through.
+    now plus ``idle_s``. ``progress``, when given, is a second deadline read only when the
+    first one passes (a non-streaming answer shows no bytes until it is whole, so its
+    engine's progress stands in for them). Use as a context manager: a guard-made
+    cancellation leaves it as :class:`StallTimeout`, any other cancellation (the client
+    went away) passes through.
     """
 
-    def __init__(self, first_s: float, idle_s: float) -> None:
+    def __init__(
+        self, first_s: float, idle_s: float, *, progress: Callable[[], float] | None = None
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("StallGuard needs a running task")
         self._task = task
         self._idle_s = idle_s
+        self._progress = progress
         self.deadline = self._loop.time() + first_s
         self.expired = False
         self._handle: asyncio.TimerHandle | None = None
@@ -85,11 +120,14 @@ class StallGuard:
             raise StallTimeout() from exc
 
     def _check(self) -> None:
-        if self._loop.time() >= self.deadline:
+        deadline = self.deadline
+        if self._progress is not None:
+            deadline = max(deadline, self._progress())
+        if self._loop.time() >= deadline:
             self.expired = True
             self._task.cancel()
         else:
-            self._handle = self._loop.call_at(self.deadline, self._check)
+            self._handle = self._loop.call_at(deadline, self._check)
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
@@ -119,27 +157,72 @@ async def post_json(
             raw = await resp.read()
             status = resp.status
             content_type = resp.headers.get("Content-Type", "application/json")
+            retry_after = resp.headers.get("Retry-After")
     except TimeoutError as err:
-        connecting = isinstance(err, aiohttp.ConnectionTimeoutError)
+        if isinstance(err, aiohttp.ConnectionTimeoutError):
+            raise connect_failure(url, err) from None
         raise UpstreamFailure(
-            f"no answer from {url} within {timeout_s:g} s", delivered=not connecting, timed_out=True
+            f"did not answer within {timeout_s:g} s",
+            detail=f"no answer from {url} within {timeout_s:g} s",
+            delivered=True,
+            status=504,
         ) from None
-    except aiohttp.ClientConnectorError as err:
-        raise UpstreamFailure(f"cannot connect to {url}: {err.os_error}", delivered=False) from None
     except (aiohttp.ClientError, OSError) as err:
-        raise UpstreamFailure(
-            f"{url} failed: {type(err).__name__}: {err}", delivered=True
-        ) from None
-    return classify(url, status, raw, content_type)
+        raise transport_failure(url, err) from None
+    return classify(url, status, raw, content_type, retry_after)
 
 
-def classify(url: str, status: int, raw: bytes, content_type: str) -> bytes | Passthrough:
+def classify(
+    url: str, status: int, raw: bytes, content_type: str, retry_after: str | None = None
+) -> bytes | Passthrough:
     """A complete answer as success, pass-through or retryable failure."""
     if 200 <= status < 300:
         return raw
     if 400 <= status < 500 and status not in RETRYABLE_4XX:
         return Passthrough(status, raw, content_type)
-    raise UpstreamFailure(f"{url} answered {status}: {_snippet(raw)}", delivered=True)
+    detail = f"{url} answered {status}: {_snippet(raw)}"
+    if status in OVERLOAD_STATUSES:
+        raise UpstreamFailure(
+            f"is overloaded (HTTP {status})",
+            detail=detail,
+            delivered=True,
+            status=status,
+            retry_after_s=parse_retry_after(retry_after),
+        )
+    raise UpstreamFailure(f"failed (HTTP {status})", detail=detail, delivered=True)
+
+
+def parse_retry_after(value: str | None) -> int | None:
+    """``Retry-After`` in whole seconds (the delay form), bounded; ``None`` if absent or
+    an HTTP date, which engines do not send.
+
+    >>> parse_retry_after("5"), parse_retry_after(" 99999 "), parse_retry_after("soon")
+    (5, 3600, None)
+    """
+    if value is None or not value.strip().isdigit():
+        return None
+    return max(1, min(int(value.strip()), MAX_RETRY_AFTER_S))
+
+
+def connect_failure(url: str, err: BaseException) -> UpstreamFailure:
+    """The engine could not be reached: it never saw the request."""
+    cause = getattr(err, "os_error", None) or err
+    return UpstreamFailure(
+        "could not be reached",
+        detail=f"cannot connect to {url}: {type(cause).__name__}: {cause}",
+        delivered=False,
+    )
+
+
+def transport_failure(url: str, err: BaseException) -> UpstreamFailure:
+    """The connection failed after the request may have gone out."""
+    if isinstance(err, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return connect_failure(url, err)
+    return UpstreamFailure(
+        f"broke off the connection ({type(err).__name__})",
+        detail=f"{url} failed: {type(err).__name__}: {err}",
+        delivered=True,
+    )
 
 
 async def open_stream(
@@ -160,14 +243,8 @@ async def open_stream(
         return await session.post(
             url, data=encode_body(body), headers=headers, timeout=client_timeout
         )
-    except aiohttp.ConnectionTimeoutError:
-        raise UpstreamFailure(f"cannot connect to {url} (timeout)", delivered=False) from None
-    except aiohttp.ClientConnectorError as err:
-        raise UpstreamFailure(f"cannot connect to {url}: {err.os_error}", delivered=False) from None
     except (aiohttp.ClientError, OSError) as err:
-        raise UpstreamFailure(
-            f"{url} failed: {type(err).__name__}: {err}", delivered=True
-        ) from None
+        raise transport_failure(url, err) from None
 
 
 def _snippet(raw: bytes, limit: int = 200) -> str:

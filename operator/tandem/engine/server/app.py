@@ -27,6 +27,7 @@ from tandem.engine.server.kv_transfer import (
     PULL_PATH,
     heartbeat_loop,
     make_pull,
+    make_release,
     serve_heartbeat,
     serve_pull,
 )
@@ -144,6 +145,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     tasks = [loop.create_task(state.runner.run())]
     if cfg.role == "decode":
         state.runner.pull = make_pull(session, cfg.kv_pull_timeout_s)
+        state.runner.release = make_release(session, cfg.kv_pull_timeout_s)
         lease_s = cfg.engine.kv_lease_s
         tasks.append(loop.create_task(heartbeat_loop(state.runner, session, state.clock, lease_s)))
     app[TASKS_KEY] = tasks

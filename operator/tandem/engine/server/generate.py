@@ -92,6 +92,19 @@ async def _admit(request: web.Request, state: ServerState, kind: Kind) -> Parsed
     if state.draining:
         raise internal_error(DRAINING_MESSAGE)
     parsed = parse_body(kind, await _read_json(request), cfg.engine.block_size)
+    try:
+        await _check(state, parsed)
+    except BaseException:
+        # refused (or abandoned) before it reached the engine: a decode engine frees the
+        # prefill engine's KV the request names, as vLLM's serving layer does
+        state.runner.release_remote(parsed.kv_transfer_params)
+        raise
+    return parsed
+
+
+async def _check(state: ServerState, parsed: ParsedRequest) -> None:
+    """What vLLM checks of a parsed request before the engine takes it; raises ApiError."""
+    cfg = state.config
     if parsed.model is not None and parsed.model not in cfg.served_model_names:
         raise model_not_found(parsed.model)
     if parsed.prompt_tokens >= cfg.engine.max_model_len:
@@ -123,7 +136,6 @@ async def _admit(request: web.Request, state: ServerState, kind: Kind) -> Parsed
                 f"Too many queued prompt tokens ({queued} + {wanted} > "
                 f"max_num_queued_tokens={cfg.max_num_queued_tokens})"
             )
-    return parsed
 
 
 @dataclass
@@ -251,6 +263,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     try:
         choices = _submit_choices(state, parsed, fmt.response_id, event)
     except ValueError as exc:
+        state.runner.release_remote(parsed.kv_transfer_params)
         return error_response(ApiError(400, str(exc), "BadRequestError"))
     try:
         if parsed.stream:

@@ -7,7 +7,9 @@ server, so a wrong or dead prefill engine fails the decode request as it would w
 - ``POST /tandem/kv/pull`` ``{"remote_request_id", "remote_engine_id", "remote_block_ids",
   "transfer_s"}``: the prefill engine keeps the blocks for ``transfer_s`` simulated seconds
   (the read), then frees them and answers 200; 404 if it holds no such request (never
-  existed, already pulled, lease expired), 409 for another engine's id.
+  existed, already pulled, lease expired), 409 for another engine's id. With
+  ``transfer_s`` 0 it is the release a decode engine sends for a request it refused or
+  aborted before pulling (vLLM's NIXL notification after an empty read).
 - ``POST /tandem/kv/heartbeat`` ``{"request_ids": [...]}``: restarts the leases of requests
   still queued on the decode side (NIXL's heartbeat every lease/6).
 """
@@ -23,7 +25,7 @@ import aiohttp
 
 from tandem.engine.model import KVTransferStart
 from tandem.engine.server.realtime import AsyncioClock
-from tandem.engine.server.runner import EngineRunner, PullFn
+from tandem.engine.server.runner import EngineRunner, PullFn, ReleaseFn
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,28 @@ def make_pull(session: aiohttp.ClientSession, timeout_s: float) -> PullFn:
             return False
 
     return pull
+
+
+def make_release(session: aiohttp.ClientSession, timeout_s: float) -> ReleaseFn:
+    """A release function for the runner: frees a prefill engine's KV without reading it."""
+
+    async def release(params: dict[str, Any]) -> None:
+        address = remote_address(params)
+        if address is None:
+            return
+        url = peer_url(address[0], address[1], PULL_PATH)
+        body = {
+            "remote_request_id": params.get("remote_request_id"),
+            "remote_engine_id": params.get("remote_engine_id"),
+            "transfer_s": 0.0,
+        }
+        try:
+            async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(timeout_s)) as r:
+                await r.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.info("KV release at %s failed: %s", url, exc)
+
+    return release
 
 
 async def heartbeat_loop(

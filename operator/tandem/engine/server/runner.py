@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 CATCHUP_LIMIT_S = 0.5
 
 PullFn = Callable[[dict[str, Any], KVTransferStart], Awaitable[bool]]
+ReleaseFn = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
 
 
 class RequestStream:
@@ -100,6 +101,8 @@ class EngineRunner:
         self.loop_stats = LoopStats()
         self.pull: PullFn | None = None
         """Decode role: fetches a request's KV from its prefill engine; True on success."""
+        self.release: ReleaseFn | None = None
+        """Decode role: tells a prefill engine to free KV this engine will never pull."""
         self._wake = asyncio.Event()
         self._prev_end_s: float | None = None
         self._last_add_s = float("-inf")
@@ -128,8 +131,11 @@ class EngineRunner:
         return stream
 
     def abort(self, request_id: str) -> None:
-        """Client went away: drop the request and free its blocks."""
-        self.streams.pop(request_id, None)
+        """Client went away: drop the request and free its blocks (and, on a decode
+        engine whose KV pull has not started, the prefill engine's copy)."""
+        stream = self.streams.pop(request_id, None)
+        if stream is not None and stream.kv_params is not None:
+            self.release_remote(stream.kv_params)
         fin = self.engine.abort(request_id, self.clock.now_s())
         if fin is not None:
             self.metrics.on_finished(fin)
@@ -137,6 +143,18 @@ class EngineRunner:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def release_remote(self, kv_params: dict[str, Any] | None) -> None:
+        """Decode role: a request that carried a prefill engine's KV will never pull it
+        (refused, or aborted before its pull): tell that engine to free it now, as
+        vLLM's decode engine does (``notify_kv_transfer_request_rejected`` and the NIXL
+        connector's ``request_finished`` for a request still ``do_remote_prefill``),
+        instead of leaving it held until its lease ends."""
+        if self.release is None or not kv_params or not kv_params.get("do_remote_prefill"):
+            return
+        task = asyncio.get_running_loop().create_task(self.release(kv_params))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def fail_all(self, error: ApiError) -> None:
         """The engine died: every waiting handler gets ``error``."""
