@@ -40,7 +40,7 @@ def parse_engine_gauges(text: str) -> EngineGauges:
     >>> page = 'vllm:num_requests_waiting{engine="0"} 3.0\\nvllm_kv_cache_usage_perc 0.25\\n'
     >>> parse_engine_gauges(page)
     EngineGauges(waiting=3.0, running=None, kv_usage=0.25, tokens_total=None)
-    >>> parse_engine_gauges('vllm:prompt_tokens_total 10\nvllm:generation_tokens_total 5\n')
+    >>> parse_engine_gauges('vllm:prompt_tokens_total 10\\nvllm:generation_tokens_total 5\\n')
     EngineGauges(waiting=None, running=None, kv_usage=None, tokens_total=15.0)
     """
     values: dict[str, list[float]] = {name: [] for name in _WANTED}
