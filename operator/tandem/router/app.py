@@ -27,6 +27,7 @@ from tandem.router.proxy import (
     handle_health,
     handle_metrics,
     handle_models,
+    handle_responses,
 )
 from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
@@ -45,6 +46,7 @@ def build_app(
     app[DISCOVERY] = discovery
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/v1/chat/completions", handle_chat)
+    app.router.add_post("/v1/responses", handle_responses)
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/metrics", handle_metrics)

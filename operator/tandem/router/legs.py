@@ -15,12 +15,17 @@ from typing import Any
 
 from tandem.router.config import ClassConfig, RouterConfig
 from tandem.router.metrics import ClassMetrics
-from tandem.router.protocol import ParsedRequest, build_prefill_body, parse_kv_params
+from tandem.router.protocol import build_prefill_body, parse_kv_params
+from tandem.router.request import Kind, ParsedRequest
 from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
 from tandem.router.state import Router
 from tandem.router.upstream import Passthrough, UpstreamFailure, post_json
 
-PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+PATHS: dict[Kind, str] = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+}
 
 
 @dataclass
@@ -123,7 +128,7 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
     4xx is the client's error and is returned as a :class:`Passthrough`.
     """
     router, config = ex.router, ex.config
-    body = build_prefill_body(ex.parsed.body, ex.priority)
+    body = build_prefill_body(ex.parsed.body, ex.priority, ex.parsed.kind)
     url_path = PATHS[ex.parsed.kind]
     for attempt in range(2):
         endpoint = await choose(ex, "prefill", wait=False)

@@ -1,7 +1,8 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
-A generation request goes: class (header) → body size → admission → parse → prefill
-leg (disaggregated mode, unless the prompt is short) → decode leg, relayed. Every
+A generation request (completions, chat, Responses) goes: class (header) → body size →
+admission → parse → prefill leg (disaggregated mode, unless the prompt is short or the
+decode engine must judge the body) → decode leg, relayed. Every
 outcome is counted once in ``tandem_router_requests_total{class,code}``.
 """
 
@@ -13,6 +14,7 @@ import json
 import aiohttp
 from aiohttp import web
 
+from tandem.engine.server.errors import ApiError
 from tandem.router.classes import (
     REASON_BODY_TOO_LARGE,
     REASON_UNKNOWN_CLASS,
@@ -20,9 +22,9 @@ from tandem.router.classes import (
     resolve_class,
 )
 from tandem.router.legs import Exchange, new_request_id, run_prefill
-from tandem.router.protocol import CHARS_PER_TOKEN, Kind, RequestError, parse_request
 from tandem.router.relay import run_generation
-from tandem.router.responses import error_response, passthrough_response
+from tandem.router.request import CHARS_PER_TOKEN, Kind, parse_request
+from tandem.router.responses import api_error_response, error_response, passthrough_response
 from tandem.router.state import Router
 from tandem.router.upstream import Passthrough
 
@@ -38,6 +40,10 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
 
 async def handle_chat(request: web.Request) -> web.StreamResponse:
     return await handle_generate(request, "chat")
+
+
+async def handle_responses(request: web.Request) -> web.StreamResponse:
+    return await handle_generate(request, "responses")
 
 
 async def handle_generate(request: web.Request, kind: Kind) -> web.StreamResponse:
@@ -73,9 +79,9 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             parsed = parse_request(
                 raw, kind, prefix_chars=config.prefix_affinity_tokens * CHARS_PER_TOKEN
             )
-        except RequestError as err:
+        except ApiError as err:
             code = err.status
-            return error_response(err.status, err.message, request_id=request_id, param=err.param)
+            return api_error_response(err, request_id)
         router.prompt_sizes.add(parsed.prompt_tokens)
         headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
         if "Authorization" in request.headers:
@@ -91,7 +97,11 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             arrival_s=arrival_s,
         )
         kv_params = None
-        if config.mode == "disaggregated" and parsed.prompt_tokens >= config.short_prompt_tokens:
+        if (
+            config.mode == "disaggregated"
+            and not parsed.skip_prefill
+            and parsed.prompt_tokens >= config.short_prompt_tokens
+        ):
             prefill = await run_prefill(ex)
             if isinstance(prefill, Passthrough):
                 code = prefill.status

@@ -4,7 +4,8 @@ Before the first byte reaches the client a failure is retried once on another en
 on a decode retry the KV the prefill engine holds is reused only if it can be trusted
 (:func:`tandem.router.protocol.decide_kv_reusable`), else prefill runs again. After the
 first byte the client has a 200 status line, so a broken stream ends with an SSE error
-event and ``[DONE]``: the client always sees an end. The engine's bytes are relayed
+event (and ``[DONE]``, except for the Responses API, whose streams have none): the client
+always sees an end. The engine's bytes are relayed
 unchanged; a client that goes away closes the engine connection, which makes the
 engine abort the request and free its KV.
 """
@@ -18,7 +19,12 @@ import aiohttp
 from aiohttp import web
 
 from tandem.router.legs import PATHS, Exchange, choose, run_prefill
-from tandem.router.protocol import build_decode_body, build_sse_error, decide_kv_reusable
+from tandem.router.protocol import (
+    StreamEnd,
+    build_decode_body,
+    build_sse_error,
+    decide_kv_reusable,
+)
 from tandem.router.responses import error_response, passthrough_response
 from tandem.router.selection import Endpoint
 from tandem.router.upstream import (
@@ -29,8 +35,6 @@ from tandem.router.upstream import (
     classify,
     open_stream,
 )
-
-DONE = b"data: [DONE]\n\n"
 
 
 async def run_generation(
@@ -122,7 +126,7 @@ async def relay_once(
                 delivered=True,
                 timed_out=True,
             ) from None
-        if not first or first.startswith(b'data: {"error"'):
+        if not first or first.startswith((b'data: {"error"', b"event: error")):
             raise UpstreamFailure(
                 f"{endpoint.url} ended its stream before the first token: {first[:200]!r}",
                 delivered=True,
@@ -172,7 +176,8 @@ async def stream_to_client(
     if ex.prefill_done_s is not None:
         ex.router.metrics.kv_handoff.observe(now - ex.prefill_done_s)
     itl = ex.class_metrics.itl
-    tail = first[-len(DONE) :]
+    end = StreamEnd(ex.parsed.kind)
+    end.feed(first)
     broken: tuple[int, str] | None = None
     try:
         with StallGuard(idle_s, idle_s) as guard:
@@ -192,18 +197,18 @@ async def stream_to_client(
                 now = loop.time()
                 itl.observe(now - last)
                 last = now
-                tail = (
-                    (tail + chunk)[-len(DONE) :] if len(chunk) < len(DONE) else chunk[-len(DONE) :]
-                )
+                end.feed(chunk)
     except StallTimeout:
         broken = 504, f"{endpoint.url} sent nothing for {idle_s:g} s"
-    complete = broken is None and tail == DONE
+    complete = broken is None and end.complete
     if not complete:
         endpoint.record_failure(loop.time())
-        status, message = broken or (502, f"{endpoint.url} ended the stream without [DONE]")
-        partial = not tail.endswith(b"\n\n")
+        status, message = broken or (502, f"{endpoint.url} ended the stream before its end")
+        error = build_sse_error(
+            message, status=status, after_partial_event=end.partial, kind=ex.parsed.kind
+        )
         try:
-            await client.write(build_sse_error(message, status=status, after_partial_event=partial))
+            await client.write(error)
         except (ConnectionError, aiohttp.ClientConnectionError):
             return client, False
         ex.code = status
