@@ -31,6 +31,7 @@ from tandem.router.proxy import (
 )
 from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
+from tandem.router.surface import add_surface_routes
 
 log = logging.getLogger("tandem.router")
 
@@ -50,6 +51,7 @@ def build_app(
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/metrics", handle_metrics)
+    add_surface_routes(app)
     app.cleanup_ctx.append(_http_client)
     app.cleanup_ctx.append(_discovery)
     app.cleanup_ctx.append(_scraper)
