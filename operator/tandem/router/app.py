@@ -32,6 +32,7 @@ from tandem.router.proxy import (
 from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
 from tandem.router.surface import add_surface_routes
+from tandem.router.tracing import Tracing, trace_middleware
 
 log = logging.getLogger("tandem.router")
 
@@ -39,11 +40,19 @@ DISCOVERY: web.AppKey[Discovery] = web.AppKey("discovery", Discovery)
 
 
 def build_app(
-    config: RouterConfig, discovery: Discovery, *, seed: int | None = None
+    config: RouterConfig,
+    discovery: Discovery,
+    *,
+    seed: int | None = None,
+    tracing: Tracing | None = None,
 ) -> web.Application:
-    """A router app; nothing runs until it is started."""
+    """A router app; nothing runs until it is started. ``tracing``: export spans of every
+    request (:mod:`tandem.router.tracing`); it is shut down (flushed) with the app."""
     app = web.Application()
     app[ROUTER] = Router(config, seed=seed)
+    if tracing is not None:
+        app.middlewares.append(trace_middleware(tracing))
+        app.on_cleanup.append(lambda _: asyncio.to_thread(tracing.shutdown))
     app[DISCOVERY] = discovery
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/v1/chat/completions", handle_chat)

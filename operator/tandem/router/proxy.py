@@ -26,12 +26,16 @@ from tandem.router.relay import run_generation
 from tandem.router.request import CHARS_PER_TOKEN, Kind, parse_request
 from tandem.router.responses import api_error_response, error_response, passthrough_response
 from tandem.router.state import Router
+from tandem.router.tracing import TRACE_HEADERS, request_trace
 from tandem.router.upstream import Passthrough
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
 #: Class label for requests naming an undeclared class (never the client's string,
 #: which would let clients create label values without bound).
 UNKNOWN_CLASS_LABEL = "unknown"
+#: Client headers both legs carry: its credentials, and its W3C trace context (vLLM
+#: reads it; a tracing router sends its own span's instead).
+FORWARDED_HEADERS = ("Authorization", *TRACE_HEADERS)
 
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:
@@ -84,8 +88,9 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             return api_error_response(err, request_id)
         router.prompt_sizes.add(parsed.prompt_tokens)
         headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
-        if "Authorization" in request.headers:
-            headers["Authorization"] = request.headers["Authorization"]
+        for name in FORWARDED_HEADERS:
+            if name in request.headers:
+                headers[name] = request.headers[name]
         ex = Exchange(
             router=router,
             config=config,
@@ -95,6 +100,7 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             request_id=request_id,
             headers=headers,
             arrival_s=arrival_s,
+            trace=request_trace(request),
         )
         kv_params = None
         if (

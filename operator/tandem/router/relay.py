@@ -92,6 +92,10 @@ async def relay_once(
     endpoint.outstanding_prompt_tokens += queued_tokens
     resp: aiohttp.ClientResponse | None = None
     complete = False
+    leg = ex.trace.leg(endpoint.role, endpoint.url, ex.attempt)
+    if kv_params is not None:
+        leg.start_handoff()
+    failure: str | None = "cancelled"
     try:
         try:
             with StallGuard(timeouts.first_token_s, timeouts.idle_stream_s) as guard:
@@ -99,16 +103,18 @@ async def relay_once(
                     router.session,
                     endpoint.url + PATHS[ex.parsed.kind],
                     body,
-                    ex.leg_headers(),
+                    leg.headers(ex.leg_headers()),
                     guard,
                     client_timeout=router.client_timeout,
                 )
                 content_type = resp.headers.get("Content-Type", "application/json")
                 if resp.status != 200 or not ex.parsed.stream:
                     guard.touch()
+                    leg.first_byte()  # a whole answer's head comes when it is done
                     raw = await _read_all(resp, endpoint.url)
                     complete = True
                     answer = classify(endpoint.url, resp.status, raw, content_type)
+                    failure = None
                     if isinstance(answer, Passthrough):
                         ex.code = answer.status
                         return passthrough_response(answer, ex.request_id)
@@ -120,6 +126,7 @@ async def relay_once(
                         headers={"Content-Type": content_type, "X-Request-Id": ex.request_id},
                     )
                 first = await _read_chunk(resp, endpoint.url)
+                leg.first_byte()
         except StallTimeout:
             raise UpstreamFailure(
                 f"{endpoint.url}: no first byte within {timeouts.first_token_s:g} s",
@@ -134,8 +141,17 @@ async def relay_once(
         endpoint.outstanding_prompt_tokens -= queued_tokens
         queued_tokens = 0
         client, complete = await stream_to_client(ex, request, resp, endpoint, first, content_type)
+        failure = None
+        if not complete:
+            failure = f"the stream ended with {ex.code}"
+            if ex.code != 499:
+                ex.trace.fail(failure)
         return client
+    except UpstreamFailure as err:
+        failure = err.message
+        raise
     finally:
+        leg.end(None if resp is None else resp.status, failure)
         endpoint.outstanding_requests -= 1
         endpoint.outstanding_prompt_tokens -= queued_tokens
         if resp is not None:
