@@ -115,6 +115,14 @@ RESPONSE_ERRORS: dict[str, tuple[dict[str, Any], int, str, str | None, str | Non
                                  "BadRequestError", "background",
                                  "background can only be used when `store` is true "
                                  "(parameter=background)"),
+    "background with the store off": (
+        responses_body(background=True), 400, "invalid_request_error", "background",
+        "This vLLM engine does not support `store=True` and therefore does not support the "
+        "background mode. To enable these features, set the environment variable "
+        "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server."),
+    "previous_response_id with nothing stored": (
+        responses_body(previous_response_id="resp_gone"), 404, "invalid_request_error",
+        "response_id", "Response with id 'resp_gone' not found."),
 }  # fmt: skip
 
 
@@ -297,6 +305,8 @@ ROUTED_REFUSALS: list[tuple[str, Any]] = [
     ("/v1/chat/completions", chat_body(stream="maybe")),
     ("/v1/responses", responses_body(max_output_tokens=0)),
     ("/v1/responses", {"model": SERVED_NAME}),
+    ("/v1/responses", responses_body(background=True)),
+    ("/v1/responses", responses_body(previous_response_id="resp_gone")),
     ("/v1/completions", b'{"model": "tiny-llama", "prompt": '),
     ("/tokenize", {"model": "nope", "prompt": "x"}),
 ]

@@ -181,6 +181,12 @@ async def test_responses_streaming_events(start_server: StartServer) -> None:
         ({"input": "x", "background": True, "store": False}, 400, "BadRequestError",
          "background", "background can only be used when `store` is true (parameter=background)"),
         ({"input": "x", "model": "nope"}, 404, "NotFoundError", "model", None),
+        ({"input": "x", "background": True}, 400, "invalid_request_error", "background",
+         "This vLLM engine does not support `store=True` and therefore does not support the "
+         "background mode. To enable these features, set the environment variable "
+         "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server."),
+        ({"input": "x", "previous_response_id": "resp_gone"}, 404, "invalid_request_error",
+         "response_id", "Response with id 'resp_gone' not found."),
     ],
 )  # fmt: skip
 async def test_responses_errors(

@@ -248,6 +248,8 @@ JUDGED = [
     ("/completions", {"prompt": "x", "stream_options": {"include_usage": True}}),
     ("/responses", {"input": "x", "max_output_tokens": 0}),
     ("/responses", {"input": "x", "background": True, "store": False}),
+    ("/responses", {"input": "x", "background": True}),
+    ("/responses", {"input": "x", "previous_response_id": "resp_gone"}),
     # and what the router refuses itself, in vLLM's words
     ("/completions", b'{"prompt": "x", "max_tokens": }'),
     ("/chat/completions", b"[1, 2]"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tandem.engine.server.errors import ApiError, error_body, internal_error
+from tandem.engine.server.errors import ApiError, internal_error, model_not_found
 from tandem.engine.server.generate import (
     SSE_HEADERS,
     Choice,
@@ -34,7 +34,13 @@ from tandem.engine.server.generate import (
 )
 from tandem.engine.server.keys import STATE_KEY
 from tandem.engine.server.protocol import ParsedRequest
-from tandem.engine.server.responses_protocol import ResponseEvents, parse_responses, usage_of
+from tandem.engine.server.responses_protocol import (
+    ResponseEvents,
+    check_stateless,
+    parse_responses,
+    response_not_found,
+    usage_of,
+)
 from tandem.engine.server.state import ServerState
 
 
@@ -45,6 +51,9 @@ async def handle_responses(request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         fresh_id = f"resp_{secrets.token_hex(8)}"
         parsed, echo = parse_responses(body, state.config.engine.block_size, fresh_id)
+        if parsed.model is not None and parsed.model not in state.config.served_model_names:
+            raise model_not_found(parsed.model)
+        check_stateless(echo)
         await admit(state, parsed)
     except ApiError as err:
         return error_response(err)
@@ -135,7 +144,4 @@ async def _stream(
 async def handle_stored_response(request: web.Request) -> web.Response:
     """``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: nothing is
     stored, so vLLM's 404 for an unknown id."""
-    response_id = request.match_info["response_id"]
-    body = error_body(404, f"Response with id '{response_id}' not found.",
-                      "invalid_request_error", "response_id")  # fmt: skip
-    return web.json_response(body, status=404)
+    return error_response(response_not_found(request.match_info["response_id"]))

@@ -10,8 +10,9 @@ writes the answer: the response object, or its SSE events as vLLM streams them
 ``sequence_number``, and no ``[DONE]``).
 
 The P/D fields are vLLM's: ``kv_transfer_params`` in the request, and the prefill engine's
-in the response. ``store`` is read and ignored, as vLLM does unless its store is enabled:
-nothing is kept, so ``GET /v1/responses/{id}`` finds nothing. Tools are read, not called.
+in the response. Nothing is stored, as vLLM by default (``store`` is read and ignored):
+``GET /v1/responses/{id}`` and ``previous_response_id`` find nothing, and a background
+request is refused (:func:`check_stateless`). Tools are read, not called.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tandem.engine.server.errors import invalid, validation_error
+from tandem.engine.server.errors import ApiError, invalid, validation_error
 from tandem.engine.server.fields import (
     mapping,
     opt_bool,
@@ -54,6 +55,8 @@ class Echo:
     user: Any
     presence_penalty: float
     frequency_penalty: float
+    background: bool = False
+    store: bool = True
 
 
 def _check_validators(body: Mapping[str, Any]) -> None:
@@ -118,8 +121,8 @@ def parse_responses(body: Any, block_size: int, fresh_id: str) -> tuple[ParsedRe
     _check_validators(body)
     messages = _messages(body)
     common = common_fields(body)
-    opt_bool(body, "store", default=True)
-    opt_bool(body, "background")
+    store = opt_bool(body, "store", default=True)
+    background = opt_bool(body, "background")
     temperature = opt_float(body, "temperature")
     top_p = opt_float(body, "top_p")
     tools = body.get("tools") or []
@@ -153,8 +156,33 @@ def parse_responses(body: Any, block_size: int, fresh_id: str) -> tuple[ParsedRe
         user=body.get("user"),
         presence_penalty=opt_float(body, "presence_penalty") or 0.0,
         frequency_penalty=opt_float(body, "frequency_penalty") or 0.0,
+        background=background,
+        store=store,
     )
     return replace(parsed, request_id=request_id), echo
+
+
+#: vLLM's answer to a background request when its response store is off (its default)
+NO_BACKGROUND = (
+    "This vLLM engine does not support `store=True` and therefore does not support the "
+    "background mode. To enable these features, set the environment variable "
+    "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server."
+)
+
+
+def check_stateless(echo: Echo) -> None:
+    """What vLLM answers, once the model is known, to requests that need its response
+    store, which the sim (as vLLM by default) does not keep: a background request, and a
+    ``previous_response_id`` (there is none to find)."""
+    if echo.background and echo.store:
+        raise ApiError(400, NO_BACKGROUND, "invalid_request_error", "background")
+    if echo.previous_response_id is not None:
+        raise response_not_found(str(echo.previous_response_id))
+
+
+def response_not_found(response_id: str) -> ApiError:
+    return ApiError(404, f"Response with id '{response_id}' not found.",
+                    "invalid_request_error", "response_id")  # fmt: skip
 
 
 def usage_of(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
