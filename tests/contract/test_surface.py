@@ -4,12 +4,14 @@
 request validation a router relies on (``stream_options``, ``min_tokens``, a body that is
 not an object). Then the router in front of each kind's prefill and decode engines: the
 ``openai`` client's ``responses.create`` streaming and not with the KV moved, the utility
-calls relayed, and refusals that are the engine's own.
+calls relayed, refusals that are the engine's own, and one trace across the router and
+both engines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,7 +19,11 @@ from typing import Any
 import openai
 import pytest
 
+from tandem.router.app import build_app, start_router
 from tandem.router.config import RouterConfig, Timeouts
+from tandem.router.discovery import StaticDiscovery
+from tandem.router.tracing import Tracing, TracingSettings
+from tests.contract.collector import Collector, Span
 from tests.contract.fleet import Engine
 from tests.contract.http import call, chat_body, completion_body, metric_sum, metrics_of
 from tests.contract.versions import EXTERNAL_PROMPT_TOKENS
@@ -342,3 +348,52 @@ async def test_utility_calls_through_the_router(pd: tuple[Engine, Engine], route
         assert direct.status == 200 and (routed.status, routed.body) == (200, direct.body)
     missing = await call(handle.url, "/v1/embeddings", {"input": "x"})
     assert missing.status == 404 and missing.error["type"] == "NotFoundError"
+
+
+async def test_one_trace_holds_the_router_and_both_engines(
+    pd: tuple[Engine, Engine], collector: Collector
+) -> None:
+    """The client's trace context through a tracing router to real engines exporting their
+    own spans (``--otlp-traces-endpoint``): one trace, router → prefill → KV → decode, each
+    engine's ``llm_request`` the child of the router's span for its leg. The simulated
+    engine exports no spans, so there only the router's are checked."""
+    prefill, decode = pd
+    trace_id = secrets.token_hex(16)
+    tracing = Tracing(TracingSettings(endpoint=collector.url, service_name="tandem-router"))
+    urls = {"prefill": [prefill.url], "decode": [decode.url]}
+    app = build_app(RouterConfig(prefix_affinity_tokens=0), StaticDiscovery(urls), seed=1,
+                    tracing=tracing)  # fmt: skip
+    serving = await start_router(app, "127.0.0.1", 0, shutdown_timeout_s=1.0)
+    try:
+        context = {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        body = chat_body(unique("Trace me."), max_tokens=3)
+        url = f"http://127.0.0.1:{serving.port}"
+        answer = await call(url, "/v1/chat/completions", body, headers=context)
+        assert answer.status == 200, answer.body
+        assert await asyncio.to_thread(tracing.flush)
+    finally:
+        await serving.stop()
+    names = {"POST /v1/chat/completions", "prefill", "decode", "kv_handoff"}
+    if prefill.kind == "vllm":
+        names.add("llm_request")
+
+    def complete(spans: list[Span]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        engines = {s.service for s in mine if s.name == "llm_request"}
+        return {s.name for s in mine} >= names and (
+            prefill.kind == "sim" or engines >= {"vllm-prefill", "vllm-decode"}
+        )
+
+    assert await asyncio.to_thread(collector.wait_for, complete, 60.0), [
+        s for s in collector.spans if s.trace_id == trace_id
+    ]
+    spans = [s for s in collector.spans if s.trace_id == trace_id]
+    router = {s.name: s for s in spans if s.service == "tandem-router"}
+    root = router["POST /v1/chat/completions"]
+    assert router["prefill"].parent_span_id == root.span_id
+    assert router["decode"].parent_span_id == root.span_id
+    assert router["kv_handoff"].parent_span_id == router["decode"].span_id
+    if prefill.kind == "vllm":
+        engine = {s.service: s for s in spans if s.name == "llm_request"}
+        assert engine["vllm-prefill"].parent_span_id == router["prefill"].span_id
+        assert engine["vllm-decode"].parent_span_id == router["decode"].span_id
