@@ -1,25 +1,38 @@
-"""Router overhead at 50, 200 and 500 concurrent streaming clients, against simulated engines.
+"""Router overhead at 50, 200 and 500 concurrent streaming clients, against simulated engines,
+next to vLLM's toy P/D proxy pattern on the same engines and the engines called directly.
 
-Prints, per concurrency level:
+Prints, per concurrency level, one row for each of:
 
-- the router's added time to first token: p50 and p99 of TTFT through the router minus
-  p50 and p99 of TTFT of the same two legs (prefill, then streaming decode with the
-  returned ``kv_transfer_params``) called directly by the client. Probe clients, part
-  of the concurrent load, alternate a direct and a routed request, so both samples see
-  the same engine load; the other clients only stream through the router;
-- requests/s and relayed tokens/s, and both per router CPU-second;
-- the router process's peak RSS;
-- the router's own view of TTFT over all its requests (its histogram: arrival to first
-  byte written).
+- **direct**: the clients run the two legs themselves (prefill, then streaming decode with
+  the returned ``kv_transfer_params``): the throughput the engines give without a proxy;
+- **tandem**: ``tandem router``;
+- **toy proxy**: the FastAPI + httpx proxy of vLLM's NIXL examples, written again in
+  ``bench/toy_proxy.py`` (the ``bench`` extra: ``pip install -e '.[bench]'``;
+  ``--no-baseline`` skips it);
 
-The router runs as its own process (``tandem router``), pinned to one core where the
-machine allows, so its CPU time (``/proc/PID/stat``) and peak RSS (``VmHWM``) are its
-own. Engines are simulated engines (``tandem.engine``'s app) on the other cores, the
-load generator a process of its own that reads raw SSE and parses nothing it does not
-need. Every process runs at real-time priority where permitted (see
+with, for the two proxies:
+
+- requests/s and relayed tokens/s, CPU-seconds per 1,000 relayed tokens and the share of a
+  core the proxy used, with every client streaming through it;
+- the added time to first token, in a second window: p50 and p99 of TTFT through the
+  proxy minus p50 and p99 of TTFT of the same two legs called directly. Probe clients,
+  part of the concurrent load, alternate a direct and a proxied request, so both samples
+  see the same engine load; the other clients only stream through the proxy. (Probes hang
+  up after their first token, so they stay out of the first window: they would charge
+  whole requests to tokens nobody relayed.)
+- the proxy process's peak RSS.
+
+Then the two goals: at every level at least 4x less CPU per relayed token than the toy
+proxy, and at 500 streams the direct throughput kept.
+
+Both proxies run as their own processes, pinned to the same core where the machine allows
+(one is measured while the other idles), so their CPU time (``/proc/PID/stat``) and peak
+RSS (``VmHWM``) are their own. Engines are simulated engines (``tandem.engine``'s app) on
+the other cores, the load generator a process of its own that reads raw SSE and parses
+nothing it does not need. Every process runs at real-time priority where permitted (see
 :func:`raise_priority`), so other work on a shared machine disturbs the figures less.
 
-Usage: ``python bench/router.py [--quick] [--levels 50,200,500] [--duration S]``
+Usage: ``python bench/router.py [--quick] [--levels 50,200,500] [--duration S] [--no-baseline]``
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import random
@@ -37,6 +51,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -67,6 +82,12 @@ WORDS = [
 #: Of the concurrent clients, how many alternate a direct and a routed request (the
 #: latency probes); the others only stream through the router (the load).
 PROBES = 16
+#: The load generator's target for clients that run both legs themselves.
+DIRECT = "direct:"
+#: The goals: CPU per relayed token against the toy proxy's, and the direct throughput
+#: kept (Tandem's req/s over the direct req/s) at the highest level.
+CPU_GOAL = 4.0
+THROUGHPUT_GOAL = 0.95
 
 
 def free_port() -> int:
@@ -238,7 +259,13 @@ async def routed_once(
 
 
 async def direct_once(
-    session: aiohttp.ClientSession, prefill: str, decode: str, body: dict[str, Any], rid: str
+    session: aiohttp.ClientSession,
+    prefill: str,
+    decode: str,
+    body: dict[str, Any],
+    rid: str,
+    *,
+    first_only: bool = True,
 ) -> tuple[float, int] | None:
     """The same two legs without the router: prefill, then streaming decode."""
     first = {**body, "stream": False, "max_tokens": 1, "kv_transfer_params": KV_REQUEST}
@@ -249,7 +276,7 @@ async def direct_once(
             answer = json.loads(await resp.read())
         second = {**body, "kv_transfer_params": answer["kv_transfer_params"]}
         async with session.post(decode + "/v1/completions", json=second, headers=headers) as resp:
-            return await read_stream(resp, started, first_only=True)
+            return await read_stream(resp, started, first_only=first_only)
     except (aiohttp.ClientError, KeyError, RuntimeError, ValueError):
         return None
 
@@ -260,8 +287,17 @@ async def load_client(
     """One of the concurrent streaming clients: requests back to back through the router."""
     rng = random.Random(seed)
     await asyncio.sleep(rng.random() * cfg.warmup)  # spread the starts
+    direct = url.startswith(DIRECT)
+    if direct:
+        prefill, decode = (part.split(",") for part in url.removeprefix(DIRECT).split("|"))
     while not stop.is_set():
-        result = await routed_once(session, url, make_body(cfg.prompt_words, cfg.max_tokens, rng))
+        body = make_body(cfg.prompt_words, cfg.max_tokens, rng)
+        if direct:
+            rid = f"load-{rng.getrandbits(64):x}"
+            result = await direct_once(session, rng.choice(prefill), rng.choice(decode), body, rid,
+                                       first_only=False)  # fmt: skip
+        else:
+            result = await routed_once(session, url, body)
         if result is None:
             level.errors += 1
         elif not stop.is_set():  # requests that end after the window do not count
@@ -291,7 +327,11 @@ async def probe_client(
         rid = f"direct-{rng.getrandbits(64):x}"
         direct = await direct_once(session, rng.choice(prefill), rng.choice(decode), body, rid)
         body = make_body(cfg.prompt_words, cfg.max_tokens, rng)
-        routed = await routed_once(session, url, body, first_only=True)
+        if url.startswith(DIRECT):  # the direct level: its "proxied" sample is direct too
+            rid = f"direct-{rng.getrandbits(64):x}"
+            routed = await direct_once(session, rng.choice(prefill), rng.choice(decode), body, rid)
+        else:
+            routed = await routed_once(session, url, body, first_only=True)
         if direct is None or routed is None:
             level.errors += 1
         elif not stop.is_set():
@@ -338,31 +378,45 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-async def run_level(
-    concurrency: int,
-    router_url: str,
-    router_pid: int,
-    prefill: list[str],
-    decode: list[str],
-    cfg: Any,
-    load_cores: set[int] | None,
-) -> dict[str, float]:
-    """One level: the load in its own process, the probes here, router CPU over the window.
-
-    The load generator reads hundreds of streams; in its own process its event loop
-    cannot delay the probes' clocks.
-    """
-    level = Level()
-    stop = asyncio.Event()
-    probes = min(cfg.probes, concurrency)
+async def start_load(
+    target: str, clients: int, cfg: Any, load_cores: set[int] | None
+) -> asyncio.subprocess.Process:
+    """The load generator process for ``target``, once it says it is ready."""
     load = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve-load", router_url, str(concurrency - probes),
+        sys.executable, __file__, "--serve-load", target, str(clients),
         json.dumps({k: getattr(cfg, k) for k in ("prompt_words", "max_tokens", "warmup",
                                                    "duration")}),
         stdout=asyncio.subprocess.PIPE, preexec_fn=lambda: child_setup(load_cores),
     )  # fmt: skip
     assert load.stdout is not None
-    await load.stdout.readline()  # "ready": its clock starts now, as ours does
+    await load.stdout.readline()  # "ready": its clock starts now, as the caller's does
+    return load
+
+
+async def run_level(
+    concurrency: int,
+    router_url: str,
+    router_pid: int | None,
+    prefill: list[str],
+    decode: list[str],
+    cfg: Any,
+    load_cores: set[int] | None,
+    *,
+    probes: int,
+    own_histogram: bool = True,
+) -> dict[str, float]:
+    """One window: the load in its own process, ``probes`` probe clients here, the proxy's
+    CPU over the window.
+
+    The load generator reads hundreds of streams; in its own process its event loop
+    cannot delay the probes' clocks. ``router_url`` may be a direct target (clients run
+    both legs themselves, ``router_pid`` None): the same clients, the same probes, no proxy.
+    """
+    level = Level()
+    stop = asyncio.Event()
+    probes = min(probes, concurrency)
+    load = await start_load(router_url, concurrency - probes, cfg, load_cores)
+    assert load.stdout is not None
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -375,18 +429,25 @@ async def run_level(
         await asyncio.sleep(cfg.warmup)
         level.routed_ttft_s.clear(), level.direct_ttft_s.clear()
         level.errors = 0
-        buckets0 = await router_ttft_buckets(session, router_url)
-        cpu0, t0 = cpu_seconds(router_pid), time.perf_counter()
+        buckets0 = await router_ttft_buckets(session, router_url) if own_histogram else {}
+        cpu0, t0 = cpu_seconds(router_pid) if router_pid else 0.0, time.perf_counter()
         await asyncio.sleep(cfg.duration)
-        cpu1, t1 = cpu_seconds(router_pid), time.perf_counter()
-        buckets1 = await router_ttft_buckets(session, router_url)
+        cpu1, t1 = cpu_seconds(router_pid) if router_pid else 0.0, time.perf_counter()
+        buckets1 = await router_ttft_buckets(session, router_url) if own_histogram else {}
         stop.set()
-        await asyncio.wait(tasks, timeout=60)
+        if tasks:
+            await asyncio.wait(tasks, timeout=60)
     counts = json.loads((await load.stdout.read()) or b"{}")
     await load.wait()
     wall_s, cpu_s = t1 - t0, max(cpu1 - cpu0, 1e-9)
     routed, direct = level.routed_ttft_s, level.direct_ttft_s
     requests, tokens = counts.get("requests", 0), counts.get("tokens", 0)
+    if router_pid is None:
+        return {"concurrency": concurrency, "requests": requests,
+                "errors": level.errors + counts.get("errors", 0),
+                "direct_p50_ms": percentile(direct, 50) * 1000,
+                "direct_p99_ms": percentile(direct, 99) * 1000,
+                "req_per_s": requests / wall_s, "tok_per_s": tokens / wall_s}  # fmt: skip
     return {
         "concurrency": concurrency,
         "requests": requests,
@@ -405,8 +466,33 @@ async def run_level(
         "router_cpu_util": cpu_s / wall_s,
         "req_per_cpu_s": requests / cpu_s,
         "tok_per_cpu_s": tokens / cpu_s,
+        "cpu_s_per_1k_tokens": cpu_s / tokens * 1000 if tokens else float("nan"),
         "peak_rss_mib": peak_rss_mib(router_pid),
     }
+
+
+async def measure(
+    concurrency: int,
+    url: str,
+    pid: int | None,
+    prefill: list[str],
+    decode: list[str],
+    cfg: Any,
+    load_cores: set[int] | None,
+    *,
+    own_histogram: bool,
+) -> dict[str, float]:
+    """One level of one target, in two windows: every client streaming (throughput, CPU
+    per relayed token, RSS), then ``cfg.probes`` of them probing (added time to first
+    token). Probes hang up after the first token and go through both legs each time, so in
+    the first window they would charge per-request costs to tokens nobody relayed."""
+    args = (concurrency, url, pid, prefill, decode, cfg, load_cores)
+    load = await run_level(*args, probes=0, own_histogram=False)
+    latency = await run_level(*args, probes=cfg.probes, own_histogram=own_histogram)
+    keep = ("added_p50_ms", "added_p99_ms", "routed_p50_ms", "routed_p99_ms", "direct_p50_ms",
+            "direct_p99_ms", "probe_pairs", "router_seen_p50_ms", "router_seen_p99_ms")  # fmt: skip
+    return {**load, **{k: latency[k] for k in keep if k in latency},
+            "errors": load["errors"] + latency["errors"]}  # fmt: skip
 
 
 def serve_load(url: str, clients: int, settings: str) -> None:
@@ -440,10 +526,82 @@ def serve_load(url: str, clients: int, settings: str) -> None:
     print(json.dumps(asyncio.run(run())), flush=True)
 
 
+@dataclass
+class Proxy:
+    """A proxy under test: its name, URL and process."""
+
+    name: str
+    url: str
+    process: asyncio.subprocess.Process
+
+
+COLUMNS = [
+    ("streams", 7, "concurrency", "d"),
+    ("target", 9, "target", "s"),
+    ("added p50", 9, "added_p50_ms", ".2f"),
+    ("added p99", 9, "added_p99_ms", ".2f"),
+    ("direct p50", 10, "direct_p50_ms", ".1f"),
+    ("direct p99", 10, "direct_p99_ms", ".1f"),
+    ("req/s", 7, "req_per_s", ".1f"),
+    ("tok/s", 7, "tok_per_s", ".0f"),
+    ("cpu-s/1k tok", 12, "cpu_s_per_1k_tokens", ".3f"),
+    ("cpu", 5, "router_cpu_util", ".2f"),
+    ("rss MiB", 7, "peak_rss_mib", ".1f"),
+    ("errors", 6, "errors", "d"),
+]
+
+
+def format_row(row: dict[str, Any]) -> str:
+    cells = []
+    for _, width, key, fmt in COLUMNS:
+        value = row.get(key)
+        cells.append(f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}")
+    return " ".join(cells)
+
+
+def summarize(rows: list[dict[str, Any]], levels: list[int]) -> list[str]:
+    """The goals, as ratios measured in this run."""
+    by = {(r["concurrency"], r["target"]): r for r in rows}
+    lines = []
+    ratios = []
+    for level in levels:
+        tandem, toy = by.get((level, "tandem")), by.get((level, "toy proxy"))
+        if tandem and toy:
+            ratios.append((level, toy["cpu_s_per_1k_tokens"] / tandem["cpu_s_per_1k_tokens"]))
+    if ratios:
+        shown = ", ".join(f"{level} streams {ratio:.1f}x" for level, ratio in ratios)
+        met = all(ratio >= CPU_GOAL for _, ratio in ratios)
+        verdict = "met" if met else "NOT met"
+        lines.append(
+            f"CPU per relayed token, toy proxy / tandem: {shown} "
+            f"(goal >= {CPU_GOAL:g}x at every level: {verdict})"
+        )
+    top = max(levels)
+    tandem, direct = by.get((top, "tandem")), by.get((top, "direct"))
+    if tandem and direct and direct["req_per_s"]:
+        kept = tandem["req_per_s"] / direct["req_per_s"]
+        toy = by.get((top, "toy proxy"))
+        toy_part = f", toy proxy {toy['req_per_s']:.1f} req/s" if toy else ""
+        lines.append(
+            f"throughput at {top} streams: tandem {tandem['req_per_s']:.1f} req/s, direct "
+            f"{direct['req_per_s']:.1f} req/s: {kept:.2f} of it kept{toy_part} (goal >= "
+            f"{THROUGHPUT_GOAL:g}: {'met' if kept >= THROUGHPUT_GOAL else 'NOT met'})"
+        )
+    return lines
+
+
 async def main(cfg: argparse.Namespace) -> int:
     task = asyncio.current_task()
-    if task is not None:  # SIGTERM (e.g. from timeout) still stops the engines and router
+    if task is not None:  # SIGTERM (e.g. from timeout) still stops the engines and proxies
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    if cfg.baseline:
+        missing = [
+            m for m in ("fastapi", "httpx", "uvicorn") if importlib.util.find_spec(m) is None
+        ]
+        if missing:
+            print(f"the toy proxy baseline needs {', '.join(missing)}: pip install -e '.[bench]' "
+                  "(or run with --no-baseline)", file=sys.stderr)  # fmt: skip
+            return 2
     raise_fd_limit()
     priority = raise_priority()
     router_core, other_cores = plan_cores()
@@ -457,54 +615,63 @@ async def main(cfg: argparse.Namespace) -> int:
             engine = [__file__, "--serve-engine", role, str(port), str(cfg.speedup)]
             procs.append(await spawn(engine, other_cores))
             urls.append(f"http://127.0.0.1:{port}")
+    proxies: list[Proxy] = []
     router_port = free_port()
-    router_url = f"http://127.0.0.1:{router_port}"
     router = await spawn(
         ["-m", "tandem.cli", "router", "--port", str(router_port), "--prefill", ",".join(prefill),
          "--decode", ",".join(decode), "--max-inflight", "100000", "--log-level", "WARNING"],
         router_core,
     )  # fmt: skip
     procs.append(router)
+    proxies.append(Proxy("tandem", f"http://127.0.0.1:{router_port}", router))
+    if cfg.baseline:
+        toy_port = free_port()
+        toy = await spawn(
+            [str(Path(__file__).with_name("toy_proxy.py")), "--port", str(toy_port),
+             "--prefill", ",".join(prefill), "--decode", ",".join(decode)],
+            router_core,
+        )  # fmt: skip
+        procs.append(toy)
+        proxies.append(Proxy("toy proxy", f"http://127.0.0.1:{toy_port}", toy))
     try:
         async with aiohttp.ClientSession() as session:
-            for url in [*prefill, *decode, router_url]:
+            for url in [*prefill, *decode, *(p.url for p in proxies)]:
                 await wait_ready(session, url)
         where = f"pinned to core {min(router_core)}" if router_core else "not pinned (one core)"
         print(
-            f"router pid {router.pid} {where}; {cfg.prefill} prefill + {cfg.decode} decode "
-            f"sim engines (llama-3.1-8b on H100, speedup {cfg.speedup}); prompt "
+            f"proxies {where}, one measured at a time; {cfg.prefill} prefill + {cfg.decode} "
+            f"decode sim engines (llama-3.1-8b on H100, speedup {cfg.speedup}); prompt "
             f"~{cfg.prompt_words} words, {cfg.max_tokens} output tokens; {cfg.duration:g} s "
             f"per level after {cfg.warmup:g} s warm-up; {cfg.probes} of the clients probe "
-            f"(direct, then routed); every process at {priority}"
+            f"(direct, then proxied); every process at {priority}"
         )
-        columns = [
-            ("streams", 7, "concurrency", "d"),
-            ("added p50", 9, "added_p50_ms", ".2f"),
-            ("added p99", 9, "added_p99_ms", ".2f"),
-            ("routed p50", 10, "routed_p50_ms", ".1f"),
-            ("routed p99", 10, "routed_p99_ms", ".1f"),
-            ("direct p50", 10, "direct_p50_ms", ".1f"),
-            ("direct p99", 10, "direct_p99_ms", ".1f"),
-            ("in-router p50", 13, "router_seen_p50_ms", ".1f"),
-            ("in-router p99", 13, "router_seen_p99_ms", ".1f"),
-            ("req/s", 7, "req_per_s", ".1f"),
-            ("tok/s", 7, "tok_per_s", ".0f"),
-            ("cpu", 5, "router_cpu_util", ".2f"),
-            ("req/cpu-s", 9, "req_per_cpu_s", ".1f"),
-            ("tok/cpu-s", 9, "tok_per_cpu_s", ".0f"),
-            ("rss MiB", 7, "peak_rss_mib", ".1f"),
-            ("errors", 6, "errors", "d"),
-        ]
-        print("latencies in ms; added = routed - direct (probe pairs); in-router: the router's")
-        print("own TTFT histogram over all its requests (arrival to first byte written)")
-        print(" ".join(f"{title:>{width}}" for title, width, _, _ in columns))
+        print("each level twice: every client streaming (req/s, tok/s, cpu, rss), then with")
+        print(
+            "probes (latencies in ms; added = proxied - direct, probe pairs); direct: the clients"
+        )
+        print(
+            "run the two legs themselves; cpu-s/1k tok: proxy CPU-seconds per 1,000 relayed tokens"
+        )
+        print(" ".join(f"{title:>{width}}" for title, width, _, _ in COLUMNS))
+        rows: list[dict[str, Any]] = []
         for concurrency in cfg.levels:
-            r = await run_level(
-                concurrency, router_url, router.pid, prefill, decode, cfg, other_cores
-            )
-            print(" ".join(f"{r[key]:>{width}{fmt}}" for _, width, key, fmt in columns), flush=True)
-            if cfg.json:
-                print(json.dumps(r))
+            target = DIRECT + ",".join(prefill) + "|" + ",".join(decode)
+            direct = await measure(concurrency, target, None, prefill, decode, cfg, other_cores,
+                                   own_histogram=False)  # fmt: skip
+            rows.append({**direct, "target": "direct"})
+            print(format_row(rows[-1]), flush=True)
+            for proxy in proxies:
+                assert proxy.process.pid is not None
+                result = await measure(
+                    concurrency, proxy.url, proxy.process.pid, prefill, decode, cfg, other_cores,
+                    own_histogram=proxy.name == "tandem",
+                )  # fmt: skip
+                rows.append({**result, "target": proxy.name})
+                print(format_row(rows[-1]), flush=True)
+                if cfg.json:
+                    print(json.dumps(rows[-1]))
+        for line in summarize(rows, cfg.levels):
+            print(line)
     finally:
         for proc in procs:
             if proc.returncode is None:
@@ -534,7 +701,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="simulated s per wall s; < 1 slows engines (fewer tokens per wall s)",
     )
     p.add_argument("--probes", type=int, default=PROBES, help="of the clients, how many probe")
-    p.add_argument("--json", action="store_true", help="also print each level as JSON")
+    p.add_argument("--json", action="store_true", help="also print each row as JSON")
+    p.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip vLLM's toy proxy pattern (bench/toy_proxy.py)",
+    )
     args = p.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",")]
     args.duration = args.duration or (5.0 if args.quick else 12.0)

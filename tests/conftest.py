@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.timing import DURATIONS, RUNNING, STARTUPS
+from tests.vllm.timing import DURATIONS, REPORTS, RUNNING, STARTUPS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,6 +32,10 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for title, text in REPORTS:
+        terminalreporter.write_sep("=", title)
+        for line in text.splitlines():
+            terminalreporter.write_line(line)
     if not DURATIONS:
         return
     from tests.vllm.engines import VLLM_VERSION

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.contract.collector import Collector
 from tests.contract.fleet import Engine, Fleet, Kind
 from tests.vllm.engines import INSTALL_COMMAND, VllmInstall, find_install, write_tiny_model
 from tests.vllm.timing import RUNNING, STARTUPS
@@ -21,7 +22,15 @@ PD_ROLES = {"prefill": "prefill", "decode": "decode"}
 
 
 @pytest.fixture(scope="session")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def collector() -> Iterator[Collector]:
+    """The OTLP/HTTP collector every real engine of the session sends its spans to."""
+    found = Collector()
+    yield found
+    found.close()
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory: pytest.TempPathFactory, collector: Collector) -> Iterator[Fleet]:
     cache: list[tuple[VllmInstall, Path]] = []
 
     def install() -> tuple[VllmInstall, Path]:
@@ -34,7 +43,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             cache.append((found, write_tiny_model(found)))
         return cache[0]
 
-    fleet = Fleet(tmp_path_factory.mktemp("engines"), install)
+    fleet = Fleet(tmp_path_factory.mktemp("engines"), install, traces_url=collector.url)
     yield fleet
     STARTUPS.extend(s for s in fleet.startups if s[0].startswith("vllm"))
     fleet.close()

@@ -6,7 +6,8 @@ keeps it for the rest of the session: a real engine costs about a minute to star
 cores, so the contract modules share theirs; a test that kills one restarts it on the same
 ports (:meth:`Fleet.restart`) or retires it (:meth:`Fleet.retire`). Every real engine runs
 with ``--scheduling-policy priority`` (the router's priority classes need it) and
-``--shutdown-timeout 30`` (the drain test), and at most four run at once.
+``--shutdown-timeout 30`` (the drain test), exports its spans to the session's OTLP
+collector when there is one (the tracing test), and at most four run at once.
 """
 
 from __future__ import annotations
@@ -159,9 +160,16 @@ def spawn_sim(name: str, role: Role, log_dir: Path, ports: tuple[int, int] | Non
 class Fleet:
     """Engines by (kind, name), started on first use, all stopped by :meth:`close`."""
 
-    def __init__(self, log_dir: Path, install: Callable[[], tuple[VllmInstall, Path]]) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        install: Callable[[], tuple[VllmInstall, Path]],
+        traces_url: str | None = None,
+    ) -> None:
+        """``traces_url``: real engines export their spans there (OTLP/HTTP)."""
         self.log_dir = log_dir
         self._install = install
+        self.traces_url = traces_url
         self.engines: dict[tuple[Kind, str], Engine] = {}
         self.startups: list[tuple[str, float]] = []
 
@@ -188,9 +196,14 @@ class Fleet:
             engine = spawn_sim(name, role, self.log_dir, ports)
         else:
             install, model = self._install()
+            extra, env = COMMON_FLAGS, None
+            if self.traces_url is not None:
+                extra += ("--otlp-traces-endpoint", self.traces_url)
+                env = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                       "OTEL_SERVICE_NAME": f"vllm-{name}"}  # fmt: skip
             real = spawn_engine(install, model, role, self.log_dir, name=f"vllm-{name}",
-                                extra=COMMON_FLAGS + NAMED_FLAGS.get(name, ()),
-                                ports=ports)  # fmt: skip
+                                extra=extra + NAMED_FLAGS.get(name, ()),
+                                ports=ports, env=env)  # fmt: skip
             engine = Engine("vllm", name, role, real.port, real.side_channel_port,
                             real.process, real.log_path, real)  # fmt: skip
         self.engines[(kind, name)] = engine

@@ -26,7 +26,10 @@ class Answer:
     body: Any = None
     """The JSON body (or the text when it is not JSON)."""
     events: list[Any] = field(default_factory=list)
-    """SSE: each ``data:`` payload, JSON-decoded, the last one ``"[DONE]"``."""
+    """SSE: each ``data:`` payload, JSON-decoded, the last one ``"[DONE]"`` (completions
+    and chat)."""
+    event_names: list[str | None] = field(default_factory=list)
+    """SSE: each event's ``event:`` name (the Responses API names them), None when absent."""
 
     @property
     def error(self) -> dict[str, Any]:
@@ -66,9 +69,16 @@ async def call(
         answer = Answer(resp.status, dict(resp.headers))
     if answer.headers.get("Content-Type", "").startswith("text/event-stream"):
         for event in raw.split("\n\n"):
-            if event.strip():
-                data = event.strip().removeprefix("data: ")
-                answer.events.append(data if data == "[DONE]" else json.loads(data))
+            if not event.strip():
+                continue
+            name, data = None, ""
+            for line in event.strip().splitlines():
+                if line.startswith("event: "):
+                    name = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    data = line.removeprefix("data: ")
+            answer.event_names.append(name)
+            answer.events.append(data if data == "[DONE]" else json.loads(data))
         return answer
     try:
         answer.body = json.loads(raw) if raw else raw

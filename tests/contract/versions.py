@@ -203,7 +203,50 @@ DIFFERENCES: tuple[Difference, ...] = (
         "counted",
         VERSION,
     ),
-    Difference("`/tokenize`, `/detokenize`", "served", "not listed", "404", KEPT),
+    Difference(
+        "`/tokenize`, `/detokenize`",
+        "served: `count`, `max_model_len`, `tokens`, `token_strs`; `prompt`",
+        "not listed",
+        "404",
+        FIXED,
+    ),
+    Difference(
+        "`/v1/responses` (Responses API)",
+        "served: the response object, or `event:` + `data:` events ending with "
+        "`response.completed` (no `[DONE]`); `kv_transfer_params` in request and response",
+        "not listed",
+        "404",
+        FIXED,
+    ),
+    Difference(
+        "unknown path, wrong method",
+        '404 `{"detail":"Not Found"}`, 405 `{"detail":"Method Not Allowed"}` with `Allow`',
+        "",
+        "text/plain `404: Not Found`",
+        FIXED,
+    ),
+    Difference(
+        "`stream_options` without `stream`",
+        'refused only when non-empty and the raw `stream` is falsy (`{}` and `stream: "false"` '
+        "pass)",
+        "",
+        "refused whenever present without a true `stream`",
+        FIXED,
+    ),
+    Difference(
+        "`min_tokens` above `max_tokens` (or below 0)",
+        "400 `min_tokens must be less than or equal to max_tokens=3, got 5.`, `param` null",
+        "",
+        "accepted",
+        FIXED,
+    ),
+    Difference(
+        "a body that is not a JSON object",
+        "pydantic `model_attributes_type` at `body`",
+        "",
+        "`model_type`",
+        FIXED,
+    ),
     Difference(
         "extra fields (`token_ids`, `system_fingerprint`, `prompt_token_ids`…)",
         "present",
@@ -216,6 +259,13 @@ DIFFERENCES: tuple[Difference, ...] = (
         "the tiny model's BPE and chat template",
         "",
         "4 bytes per token, its own template",
+        KEPT,
+    ),
+    Difference(
+        "`/tokenize` of a completion prompt",
+        "adds bos (`add_special_tokens` defaults to true)",
+        "",
+        "no bos: the sim's usage counts none either",
         KEPT,
     ),
     Difference(

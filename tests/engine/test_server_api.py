@@ -213,13 +213,17 @@ async def test_models_version_load(start_server: StartServer) -> None:
 
 
 async def test_health_is_503_until_startup_delay(start_server: StartServer) -> None:
-    client = await start_server(startup_delay_s=0.3)
+    # long enough that a loaded machine still asks before the engine is up
+    client = await start_server(startup_delay_s=3.0)
     assert (await client.get("/health")).status == 503
     early = await client.post("/v1/completions", json={"prompt": "x"})
     assert (
         early.status == 503 and (await early.json())["error"]["type"] == "ServiceUnavailableError"
     )
-    await asyncio.sleep(0.35)
+    for _ in range(300):  # bounded: 30 s
+        if (await client.get("/health")).status == 200:
+            break
+        await asyncio.sleep(0.1)
     assert (await client.get("/health")).status == 200
     assert (await client.post("/v1/completions", json={"prompt": "x"})).status == 200
 

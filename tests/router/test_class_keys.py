@@ -108,7 +108,7 @@ async def test_keys_rotate_without_a_restart(keyed_router: RouterHandle, tmp_pat
     new_key = "rotated-key-0123456789"
     task = asyncio.create_task(keep_class_keys(handle.router, tmp_path, every_s=0.05))
     try:
-        (tmp_path / "gold").write_text(new_key + "\n")
+        replace_file(tmp_path / "gold", new_key + "\n")
 
         async def rotated() -> bool:
             return handle.router.class_keys.classes_of(new_key) == {"gold"}
@@ -117,8 +117,16 @@ async def test_keys_rotate_without_a_restart(keyed_router: RouterHandle, tmp_pat
         headers = {CONFIG.priority_header: "gold"}
         assert (await post(handle, {**headers, "Authorization": f"Bearer {GOLD_KEY}"}))[0] == 401
         assert (await post(handle, {**headers, "Authorization": f"Bearer {new_key}"}))[0] == 200
-        (tmp_path / "gold").write_text("too short\n")  # a bad edit keeps the last good keys
+        replace_file(tmp_path / "gold", "too short\n")  # a bad edit keeps the last good keys
         assert await reload_class_keys(handle.router, tmp_path) is False
         assert handle.router.class_keys.classes_of(new_key) == {"gold"}
     finally:
         task.cancel()
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Change a key file at once, as the kubelet updates a mounted Secret (a rename): the
+    reloader running beside the test never reads it half-written (empty)."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text)
+    staged.replace(path)

@@ -108,6 +108,12 @@ def test_usage_errors(argv: list[str]) -> None:
 def test_bad_url_is_an_argparse_error() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["router", "--pool", "a:1"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["router", "--otlp-traces-endpoint", "collector:4318"])
+    args = build_parser().parse_args(
+        ["router", "--otlp-traces-endpoint", "http://c:4318/v1/traces"]
+    )
+    assert args.otlp_traces_endpoint == "http://c:4318/v1/traces"
 
 
 @pytest.mark.asyncio

@@ -1,8 +1,8 @@
-"""Fuzzed requests through a real router and engines on loopback: request bodies, the
-headers around them, and the timing of every byte (trickled, stalled, abandoned, broken
-framing). For every example: no 5xx, no error or traceback in the router's log, and once
-the client is done no admission slot and no connection left behind. Each suite prints its
-corpus size and time.
+"""Fuzzed requests through a real router and engines on loopback: request bodies
+(completions, chat, the Responses API), the headers around them, and the timing of every
+byte (trickled, stalled, abandoned, broken framing). For every example: no 5xx, no error
+or traceback in the router's log, and once the client is done no admission slot and no
+connection left behind. Each suite prints its corpus size and time.
 """
 
 from __future__ import annotations
@@ -187,39 +187,63 @@ chat = st.fixed_dictionaries(
     },
     optional=sampling,
 )
+responses = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "input": st.text(min_size=1, max_size=60) | st.lists(message, min_size=1, max_size=3),
+        "max_output_tokens": st.integers(1, 6),
+    },
+    optional={
+        "stream": st.booleans(),
+        "instructions": st.text(max_size=20),
+        "store": st.booleans(),
+        "background": st.booleans(),
+        "temperature": st.floats(0, 2),
+    },
+)
 #: Fields whose values get replaced by anything at all.
 mutable = st.sampled_from(
-    ["model", "prompt", "messages", "stream", "stream_options", "max_tokens",
-     "max_completion_tokens", "min_tokens", "temperature", "n", "kv_transfer_params",
-     "priority", "logprobs", "stop"]
+    ["model", "prompt", "messages", "input", "instructions", "stream", "stream_options",
+     "max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens", "temperature",
+     "n", "kv_transfer_params", "priority", "logprobs", "stop", "background"]
 )  # fmt: skip
+#: Output caps a mutation may set (kept small: a valid body must not generate for minutes).
+CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 def mutate(pair: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    """The body with ``changes``, every output cap small (each API ignores the others' caps,
+    and a body may be sent to another API's endpoint)."""
     body, changes = pair
     out = {**body, **changes}
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in CAPS:
         value = out.get(name)
-        if (value is None and name == "max_tokens") or type(value) is int:
+        if value is None or type(value) is int:
             out[name] = min(max(value or 1, -2), 6)
     return out
 
 
-def path_for(body: Any, swap: bool) -> str:
-    chat = isinstance(body, dict) and "messages" in body
-    return "/v1/chat/completions" if chat != swap else "/v1/completions"
+PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
+
+
+def path_for(body: Any, swap: int) -> str:
+    """The body's own endpoint (``swap`` 0), or another one."""
+    own = 0
+    if isinstance(body, dict):
+        own = 2 if "input" in body else 1 if "messages" in body else 0
+    return PATHS[(own + swap) % 3]
 
 
 bodies = st.tuples(
-    completion | chat,
+    completion | chat | responses,
     st.just({})
     | st.dictionaries(mutable, json_values, min_size=1, max_size=2)
-    | st.dictionaries(st.sampled_from(["max_tokens", "max_completion_tokens"]), small_counts),
+    | st.dictionaries(st.sampled_from(CAPS), small_counts),
 ).map(mutate)
-#: (path, raw body): mostly the body's own endpoint, sometimes the other one.
-requests = st.tuples(bodies | json_values, st.sampled_from([False, False, False, True])).map(
+#: (path, raw body): mostly the body's own endpoint, sometimes another one.
+requests = st.tuples(bodies | json_values, st.sampled_from([0, 0, 0, 0, 1, 2])).map(
     lambda pair: (path_for(pair[0], pair[1]), json.dumps(pair[0]).encode())
-) | st.tuples(st.sampled_from(["/v1/completions", "/v1/chat/completions"]), st.binary(max_size=200))
+) | st.tuples(st.sampled_from(PATHS), st.binary(max_size=200))
 
 
 @settings(

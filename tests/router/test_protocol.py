@@ -1,23 +1,23 @@
-"""Request validation and the P/D rewrites, field by field (vLLM 0.34's NIXL handoff)."""
+"""The P/D rewrites, field by field (vLLM 0.34's NIXL handoff), and how streams end."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tandem.engine.server.errors import ApiError
 from tandem.router.protocol import (
     PREFILL_KV_PARAMS,
-    RequestError,
+    StreamEnd,
     build_decode_body,
     build_prefill_body,
     build_sse_error,
     decide_kv_reusable,
     parse_kv_params,
-    parse_request,
 )
+from tandem.router.request import parse_request
 
 
 def parse(body: object, kind: str = "chat") -> object:
@@ -72,50 +72,6 @@ def test_client_kv_params_and_priority_are_dropped() -> None:
     assert "kv_transfer_params" not in build_decode_body(parsed.body, None, None)
 
 
-@pytest.mark.parametrize(
-    ("body", "kind", "param"),
-    [
-        ([1, 2], "chat", None),
-        ({"messages": []}, "chat", "messages"),
-        ({"messages": [{"content": "x"}]}, "chat", "messages"),
-        ({"messages": [{"role": "user", "content": 3}]}, "chat", "messages"),
-        ({"prompt": 3}, "completions", "prompt"),
-        ({"prompt": [True]}, "completions", "prompt"),
-        ({"prompt": "x", "stream": "yes"}, "completions", "stream"),
-        ({"prompt": "x", "stream_options": {}}, "completions", "stream"),
-        ({"prompt": "x", "max_tokens": -1}, "completions", "max_tokens"),
-        ({"prompt": "x", "max_tokens": 1.5}, "completions", "max_tokens"),
-        ({"prompt": "x", "model": 5}, "completions", "model"),
-    ],
-)
-def test_invalid_bodies_are_400_with_the_field(body: object, kind: str, param: str | None) -> None:
-    with pytest.raises(RequestError) as err:
-        parse(body, kind)
-    assert err.value.status == 400
-    assert err.value.param == param
-
-
-def test_not_json_and_deep_nesting_are_400() -> None:
-    for raw in (b"\xff\xfe", b"{", b"[" * 100_000 + b"]" * 100_000):
-        with pytest.raises(RequestError):
-            parse_request(raw, "chat", prefix_chars=0)
-
-
-def test_prompt_token_estimates() -> None:
-    assert parse({"prompt": [1, 2, 3]}, "completions").prompt_tokens == 3  # type: ignore[attr-defined]
-    assert parse({"prompt": [[1, 2], [3]]}, "completions").prompt_tokens == 3  # type: ignore[attr-defined]
-    assert parse({"prompt": "x" * 4000}, "completions").prompt_tokens == 1001  # type: ignore[attr-defined]
-    chat = parse({"messages": [{"role": "user", "content": "y" * 400}]})
-    assert chat.prompt_tokens == 100 + 4 + 1  # type: ignore[attr-defined]
-
-
-def test_prefix_is_the_leading_prompt_text() -> None:
-    parsed = parse_request(
-        json.dumps({"prompt": "abc" * 200}).encode(), "completions", prefix_chars=10
-    )
-    assert parsed.prefix == b"abcabcabca"
-
-
 def test_kv_params_from_a_prefill_answer() -> None:
     answer = {"choices": [{"text": "x"}], "kv_transfer_params": {"remote_engine_id": "e"}}
     assert parse_kv_params(json.dumps(answer).encode()) == {"remote_engine_id": "e"}
@@ -159,9 +115,67 @@ known_keys = st.sampled_from(
 def test_any_body_parses_or_is_a_4xx(body: dict[str, object], kind: str) -> None:
     try:
         parsed = parse(body, kind)
-    except RequestError as err:
+    except ApiError as err:
         assert 400 <= err.status < 500
         return
     built = build_prefill_body(parsed.body, None)  # type: ignore[attr-defined]
     assert built["stream"] is False and built["max_tokens"] == 1
     json.dumps(build_decode_body(parsed.body, {"x": 1}, 0))  # type: ignore[attr-defined]
+
+
+def test_responses_prefill_is_one_output_token_not_stored() -> None:
+    body = {"input": "hi", "max_output_tokens": 50, "stream": True, "store": True}
+    built = build_prefill_body(body, priority=3, kind="responses")
+    assert built["max_output_tokens"] == 1 and built["store"] is False
+    assert built["stream"] is False and "max_tokens" not in built
+    assert built["kv_transfer_params"] == PREFILL_KV_PARAMS and built["priority"] == 3
+    assert body["max_output_tokens"] == 50  # the client's body is left as it was
+
+
+def test_responses_sse_error_is_an_error_event_without_done() -> None:
+    raw = build_sse_error("engine gone", status=502, after_partial_event=False, kind="responses")
+    assert raw.startswith(b"event: error\ndata: {") and b"[DONE]" not in raw
+    event = json.loads(raw.split(b"data: ", 1)[1])
+    assert event["type"] == "error" and event["error"]["code"] == 502
+
+
+RESPONSES_STREAM = (
+    b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    b"event: response.output_text.delta\n"
+    b'data: {"delta":"see\\nevent: response.completed\\n","type":"delta"}\n\n'
+    b'event: response.completed\ndata: {"response":{"output":'
+    b'"event: response.output_text.delta\\n"},"type":"response.completed"}\n\n'
+)
+CHAT_STREAM = b'data: {"choices":[]}\n\ndata: {"choices":[]}\n\ndata: [DONE]\n\n'
+
+
+def feed_in_pieces(kind: str, stream: bytes, cuts: list[int]) -> StreamEnd:
+    end = StreamEnd(kind)  # type: ignore[arg-type]
+    start = 0
+    for cut in sorted(set(cuts)):
+        end.feed(stream[start:cut])
+        start = cut
+    end.feed(stream[start:])
+    return end
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_stream_end_does_not_depend_on_how_the_stream_was_cut(data: st.DataObject) -> None:
+    kind, stream = data.draw(
+        st.sampled_from([("responses", RESPONSES_STREAM), ("chat", CHAT_STREAM)])
+    )
+    cut_at = data.draw(st.integers(min_value=0, max_value=len(stream) - 1))
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
+    assert feed_in_pieces(kind, stream, cuts).complete
+    # the same stream cut short anywhere is not whole
+    assert not feed_in_pieces(kind, stream[:cut_at], cuts).complete
+
+
+def test_event_text_inside_data_is_not_taken_for_an_event() -> None:
+    # the last event's data mentions a delta event; the stream is still whole
+    assert feed_in_pieces("responses", RESPONSES_STREAM, []).complete
+    # a stream whose last event is a delta is not, even if its text names a final event
+    unfinished = RESPONSES_STREAM.split(b"event: response.completed\ndata")[0]
+    end = feed_in_pieces("responses", unfinished, [])
+    assert not end.complete and not end.partial

@@ -234,9 +234,11 @@ def spawn_engine(
     max_model_len: int = 2048,
     extra: tuple[str, ...] = (),
     ports: tuple[int, int] | None = None,
+    env: dict[str, str] | None = None,
 ) -> VllmEngine:
     """Start ``vllm serve`` for ``role`` on free ports (or the given HTTP and side-channel
-    ``ports``, to restart an engine where its peers know it); returns before it is ready."""
+    ``ports``, to restart an engine where its peers know it); returns before it is ready.
+    ``env``: variables added to the engine's environment."""
     name = name or role
     port, side_channel_port = ports or (free_port(), free_port())
     args = build_serve_args(model_dir, role, port, max_model_len=max_model_len, extra=extra)
@@ -250,7 +252,7 @@ def spawn_engine(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=engine_env(side_channel_port),
+            env={**engine_env(side_channel_port), **(env or {})},
             cwd=log_dir,
             start_new_session=True,  # its own process group, killed whole on stop
             preexec_fn=_die_with_parent,

@@ -18,3 +18,5 @@ class Logged(Protocol):
 RUNNING: list[Logged] = []
 STARTUPS: list[tuple[str, float]] = []
 DURATIONS: dict[str, float] = {}
+REPORTS: list[tuple[str, str]] = []
+"""(title, text) printed after the run: what a real-vLLM tool measured (``vllm bench serve``)."""

@@ -25,6 +25,7 @@ OWNED_FLAGS: dict[str, str] = {
     "--disable-prefix-caching": "spec.engine.prefixCaching",
     "--no-enable-prefix-caching": "spec.engine.prefixCaching",
     "--shutdown-timeout": "spec.engine.shutdownTimeout",
+    "--otlp-traces-endpoint": "spec.tracing.endpoint",
     "--port": "(Tandem serves engines on port 8000)",
     "--host": "(Tandem binds engines to all interfaces)",
     "--uds": "(Tandem serves engines over TCP port 8000)",

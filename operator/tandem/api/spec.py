@@ -570,6 +570,25 @@ class MonitoringSpec(Model):
     interval: Duration = Field(default=default_duration("15s"), ge=1, le=600)
 
 
+class TracingSpec(Model):
+    """OpenTelemetry traces of requests: the router's spans and the vLLM engines', sent
+    over OTLP/HTTP to one collector, so one trace shows router, prefill, KV and decode."""
+
+    endpoint: str = Field(
+        pattern=r"^https?://[^\t\n\f\r ]+$",
+        max_length=2048,
+        description="OTLP/HTTP base URL of the collector, e.g. "
+        "http://otel-collector.monitoring:4318 (spans go to <endpoint>/v1/traces).",
+    )
+    sampling_ratio: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="Share of requests traced when the client sent no trace context; a "
+        "client's own sampling decision (its traceparent) is always followed.",
+    )
+
+
 class InferenceServiceSpec(Model):
     """Desired state of an InferenceService."""
 
@@ -609,6 +628,9 @@ class InferenceServiceSpec(Model):
     qos: QosSpec = Field(default_factory=QosSpec)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    tracing: TracingSpec | None = Field(
+        default=None, description="OpenTelemetry traces of requests (off when unset)."
+    )
 
     def pools(self) -> dict[PoolRole, PoolSpec]:
         """The pools this mode runs, by role (``prefill``/``decode`` or ``pool``)."""

@@ -94,6 +94,13 @@ def register(sub: Any) -> None:
         help="event loop: uvloop when installed (auto), or the standard one",
     )
     tuning.add_argument("--log-level", default="INFO", help="(INFO)")
+    tuning.add_argument(
+        "--otlp-traces-endpoint",
+        type=_url,
+        metavar="URL",
+        help="export spans over OTLP/HTTP to this traces URL (e.g. http://collector:4318/"
+        "v1/traces); OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables work too",
+    )
     p.set_defaults(func=run)
 
 
@@ -103,6 +110,12 @@ def _urls(text: str) -> list[str]:
         if not url.startswith(("http://", "https://")):
             raise argparse.ArgumentTypeError(f"expected http://HOST:PORT, got {url!r}")
     return urls
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected an http(s) URL, got {text!r}")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,9 +131,17 @@ def run(args: argparse.Namespace) -> int:
     except SetupError as err:
         print(f"tandem router: {err}", file=sys.stderr)
         return 2
-    from tandem.router.app import build_app, serve_until_signalled
+    import os
 
-    app = build_app(config, discovery, class_keys=args.class_keys)
+    from tandem.router.app import build_app, serve_until_signalled
+    from tandem.router.tracing import build_tracing
+
+    app = build_app(
+        config,
+        discovery,
+        class_keys=args.class_keys,
+        tracing=build_tracing(os.environ, args.otlp_traces_endpoint),
+    )
     try:
         loop_factory = _loop_factory(args.loop)
     except ImportError:

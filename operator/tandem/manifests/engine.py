@@ -27,6 +27,7 @@ from tandem.manifests.meta import (
     selector_labels,
     with_spec_hash,
 )
+from tandem.manifests.tracing import build_tracing_env
 from tandem.manifests.vllm_args import (
     MODELS_MOUNT,
     build_sim_args,
@@ -184,6 +185,8 @@ def _env(isvc: InferenceService, role: PoolRole, sim: bool) -> list[dict[str, An
                 "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
             }
         )
+    if not sim:
+        env += build_tracing_env(isvc, role)
     return env
 
 

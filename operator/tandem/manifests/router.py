@@ -23,6 +23,7 @@ from tandem.manifests.meta import (
     selector_labels,
     with_spec_hash,
 )
+from tandem.manifests.tracing import build_tracing_env
 
 ROLE: Final = "router"
 RUN_AS_UID = 10001
@@ -52,6 +53,7 @@ def build_router_deployment(isvc: InferenceService, owner: Owner) -> dict[str, A
         "image": router.image or TANDEM_IMAGE,
         "command": command,
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        **({"env": env} if (env := build_tracing_env(isvc, ROLE)) else {}),
         "resources": {
             "requests": {"cpu": router.cpu, "memory": router.memory},
             "limits": {"memory": router.memory},

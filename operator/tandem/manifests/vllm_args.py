@@ -15,6 +15,7 @@ from typing import Any
 from tandem.api import InferenceService, PoolSpec
 from tandem.api.vocab import PoolRole
 from tandem.manifests.meta import HTTP_PORT
+from tandem.manifests.tracing import build_tracing_args
 
 MODELS_MOUNT = "/models"
 
@@ -108,6 +109,7 @@ def build_vllm_args(isvc: InferenceService, role: PoolRole) -> list[str]:
     if kv is not None:
         args += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
     args += ["--shutdown-timeout", f"{spec.engine.shutdown_timeout:g}"]
+    args += build_tracing_args(isvc)
     return args + list(spec.engine.extra_args)
 
 

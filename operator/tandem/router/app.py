@@ -34,10 +34,13 @@ from tandem.router.proxy import (
     handle_health,
     handle_metrics,
     handle_models,
+    handle_responses,
     request_ids,
 )
 from tandem.router.scrape import scrape_forever
 from tandem.router.state import Router
+from tandem.router.surface import add_surface_routes
+from tandem.router.tracing import Tracing, trace_middleware
 
 log = logging.getLogger("tandem.router")
 #: aiohttp's per-connection server log, as the router's own.
@@ -71,18 +74,26 @@ def build_app(
     *,
     seed: int | None = None,
     class_keys: Path | None = None,
+    tracing: Tracing | None = None,
 ) -> web.Application:
     """A router app; nothing runs until it is started. ``class_keys``: the directory of
-    the API keys that grant priority classes (read at start, then kept current)."""
+    the API keys that grant priority classes (read at start, then kept current).
+    ``tracing``: export spans of every request (:mod:`tandem.router.tracing`); it is shut
+    down (flushed) with the app."""
     app = web.Application(middlewares=[connection_states, request_ids])
     router = app[ROUTER] = Router(config, seed=seed)
     app[CONNECTIONS] = ConnectionGuard(router)
+    if tracing is not None:
+        app.middlewares.append(trace_middleware(tracing))
+        app.on_cleanup.append(lambda _: asyncio.to_thread(tracing.shutdown))
     app[DISCOVERY] = discovery
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/v1/chat/completions", handle_chat)
+    app.router.add_post("/v1/responses", handle_responses)
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/metrics", handle_metrics)
+    add_surface_routes(app)
     app.cleanup_ctx.append(_http_client)
     app.cleanup_ctx.append(_discovery)
     app.cleanup_ctx.append(_scraper)

@@ -152,7 +152,7 @@ def parse_class_flag(text: str) -> ClassConfig:
     """``NAME[:PRIORITY[:MAX_INFLIGHT]]`` (the ``--class`` flag) as a class.
 
     >>> parse_class_flag("batch:10:64")
-    ClassConfig(name='batch', priority=10, max_inflight=64)
+    ClassConfig(name='batch', priority=10, max_inflight=64, require_key=False)
     """
     parts = text.split(":")
     if not parts[0] or len(parts) > 3:

@@ -19,14 +19,20 @@ from typing import Any
 
 from tandem.router.config import ClassConfig, RouterConfig
 from tandem.router.metrics import ClassMetrics
-from tandem.router.protocol import ParsedRequest, build_prefill_body, parse_kv_params
+from tandem.router.protocol import build_prefill_body, parse_kv_params
+from tandem.router.request import Kind, ParsedRequest
 from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
 from tandem.router.state import Router
+from tandem.router.tracing import NO_TRACE, NoTrace, RequestTrace
 from tandem.router.upstream import Passthrough, UpstreamFailure, post_json
 
 log = logging.getLogger("tandem.router")
 
-PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+PATHS: dict[Kind, str] = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+}
 
 
 @dataclass
@@ -50,6 +56,13 @@ class Exchange:
     code: int = 0
     """Status the client got (499: it went away; 502/504: its stream broke)."""
     tried: dict[str, set[str]] = field(default_factory=dict)
+    trace: RequestTrace | NoTrace = NO_TRACE
+    """The request's spans (:mod:`tandem.router.tracing`); nothing when not tracing."""
+
+    def __post_init__(self) -> None:
+        self.trace.set("tandem.request_id", self.request_id)
+        self.trace.set("tandem.class", self.klass.name)
+        self.trace.set("tandem.prompt_tokens_estimate", self.parsed.prompt_tokens)
 
     @property
     def priority(self) -> int | None:
@@ -146,7 +159,7 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
     4xx is the client's error and is returned as a :class:`Passthrough`.
     """
     router, config = ex.router, ex.config
-    body = build_prefill_body(ex.parsed.body, ex.priority)
+    body = build_prefill_body(ex.parsed.body, ex.priority, ex.parsed.kind)
     url_path = PATHS[ex.parsed.kind]
     for attempt in range(2):
         endpoint = await choose(ex, "prefill", wait=False, retry=attempt > 0)
@@ -157,26 +170,34 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
         ex.mark_dispatch()
         endpoint.outstanding_requests += 1
         endpoint.outstanding_prompt_tokens += ex.parsed.prompt_tokens
+        leg = ex.trace.leg("prefill", endpoint.url, ex.attempt)
+        status: int | None = None
+        failure: str | None = "cancelled"
         try:
             answer = await post_json(
                 router.session,
                 endpoint.url + url_path,
                 body,
-                ex.leg_headers(),
+                leg.headers(ex.leg_headers()),
                 timeout_s=config.timeouts.prefill_s,
                 client_timeout=router.client_timeout,
             )
+            status, failure = (answer.status if isinstance(answer, Passthrough) else 200), None
         except UpstreamFailure as err:
+            failure = err.reason
             note_failure(ex, endpoint, err)
             continue
         finally:
             endpoint.outstanding_requests -= 1
             endpoint.outstanding_prompt_tokens -= ex.parsed.prompt_tokens
+            leg.end(status, failure)
         if isinstance(answer, Passthrough):
             return answer
         endpoint.record_success()
         ex.prefill_done_s = asyncio.get_running_loop().time()
         kv_params = parse_kv_params(answer)
+        if kv_params is not None:
+            leg.set("tandem.kv.remote_engine_id", str(kv_params.get("remote_engine_id")))
         if kv_params is None:
             router.metrics.retries.labels("fallback").inc()
         return PrefillResult(kv_params)

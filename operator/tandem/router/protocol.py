@@ -1,32 +1,29 @@
-"""OpenAI request bodies: validation, the two P/D legs' rewrites, error bodies, SSE. Pure.
+"""The two P/D legs' rewrites of a request body, error bodies, SSE endings. Pure.
 
 The prefill and decode rewrites follow vLLM 0.34's NIXL pull handoff (the fields of
 its ``toy_proxy_server.py``, which llm-d's sidecar uses too):
 
 - prefill leg: the original body with ``stream=false``, ``max_tokens=1`` (and
   ``max_completion_tokens=1`` when present), no ``stream_options``, ``min_tokens`` or
-  ``min_completion_tokens``, and ``kv_transfer_params`` asking for remote decode;
+  ``min_completion_tokens``, and ``kv_transfer_params`` asking for remote decode; for the
+  Responses API ``max_output_tokens=1`` and ``store=false`` (the prefill engine keeps no
+  one-token response) instead of the token limits;
 - decode leg: the original body plus the ``kv_transfer_params`` the prefill engine
   returned, copied verbatim.
 
 A client's own ``kv_transfer_params`` are always dropped: they name the host a decode
 engine pulls KV from, which only the router may choose. A client's ``priority`` is
-dropped too; the router sets it from the request's class.
+dropped too; the router sets it from the request's class. What the router reads from a
+body, and how, is :mod:`tandem.router.request`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-Kind = Literal["completions", "chat"]
+from tandem.router.request import Kind
 
-#: Rough characters per token of BPE tokenizers on English text; the router estimates
-#: prompt sizes without a tokenizer, for load accounting only.
-CHARS_PER_TOKEN = 4
-#: Per-message overhead of chat templates, in tokens.
-TOKENS_PER_MESSAGE = 4
 #: KV-cache lease margin: a lease expiring sooner than this is not trusted for a retry.
 LEASE_MARGIN_S = 2.0
 
@@ -40,146 +37,19 @@ PREFILL_KV_PARAMS: dict[str, Any] = {
 }
 
 
-class RequestError(ValueError):
-    """A request the router rejects itself; ``status`` is the HTTP status (4xx)."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.status, self.param = message, status, param
-
-
-@dataclass(frozen=True)
-class ParsedRequest:
-    """A validated completions or chat body and what the router derived from it."""
-
-    kind: Kind
-    body: dict[str, Any]
-    """The client's body without ``kv_transfer_params`` and ``priority``."""
-    stream: bool
-    prompt_tokens: int
-    """Estimated prompt length (tokens), for load accounting and the short-prompt rule."""
-    prefix: bytes
-    """The prompt's leading text, for prefix affinity."""
-
-
-def parse_request(raw: bytes, kind: Kind, *, prefix_chars: int) -> ParsedRequest:
-    """Validate the fields the router reads or rewrites; raise :class:`RequestError`.
-
-    Everything else is the engine's to judge (it answers 400 and the router passes that
-    on). ``prefix_chars`` bounds the prefix kept for affinity.
-    """
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RequestError(f"request body is not valid JSON: {err}") from None
-    except RecursionError:
-        raise RequestError("request body is nested too deeply") from None
-    if not isinstance(body, dict):
-        raise RequestError(f"request body must be a JSON object, got {_json_type(body)}")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RequestError("model must be a string", param="model")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise RequestError("stream must be a boolean", param="stream")
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise RequestError("stream_options must be an object", param="stream_options")
-    if options is not None and not stream:
-        raise RequestError("stream_options is only allowed with stream=true", param="stream")
-    for name in ("max_tokens", "max_completion_tokens"):
-        _check_count(body, name, minimum=1)  # vLLM's bound; checked here to spare a prefill
-    for name in ("min_tokens", "min_completion_tokens"):
-        _check_count(body, name, minimum=0)
-    text = _chat_text(body) if kind == "chat" else _prompt_text(body)
-    body.pop("kv_transfer_params", None)
-    body.pop("priority", None)
-    return ParsedRequest(
-        kind=kind,
-        body=body,
-        stream=stream,
-        prompt_tokens=_estimate_tokens(text, body, kind),
-        prefix=text[:prefix_chars].encode("utf-8", "surrogatepass"),
-    )
-
-
-def _check_count(body: dict[str, Any], name: str, *, minimum: int) -> None:
-    value = body.get(name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value < 2**31:
-        raise RequestError(
-            f"{name} must be an integer in [{minimum}, 2^31), got {value!r}", param=name
-        )
-
-
-def _chat_text(body: dict[str, Any]) -> str:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages must be a non-empty array", param="messages")
-    parts: list[str] = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise RequestError(
-                f"messages[{index}] must be an object with a string role", param="messages"
-            )
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-        elif content is not None:
-            raise RequestError(
-                f"messages[{index}].content must be a string, an array or null",
-                param="messages",
-            )
-    return "\n".join(parts)
-
-
-def _prompt_text(body: dict[str, Any]) -> str:
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return "\n".join(prompt)
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return " ".join(map(str, prompt))
-        if all(isinstance(p, list) and _is_token_list(p) for p in prompt):
-            return " ".join(" ".join(map(str, p)) for p in prompt)
-    raise RequestError(
-        "prompt must be a string, an array of strings, an array of token ids or an array "
-        "of token-id arrays",
-        param="prompt",
-    )
-
-
-def _is_token_list(items: list[Any]) -> bool:
-    return bool(items) and all(isinstance(t, int) and not isinstance(t, bool) for t in items)
-
-
-def _estimate_tokens(text: str, body: dict[str, Any], kind: Kind) -> int:
-    prompt = body.get("prompt")
-    if kind == "completions" and isinstance(prompt, list) and prompt:
-        if isinstance(prompt[0], int):
-            return len(prompt)
-        if isinstance(prompt[0], list):
-            return sum(len(p) for p in prompt)
-    overhead = TOKENS_PER_MESSAGE * len(body.get("messages", ())) if kind == "chat" else 0
-    return len(text) // CHARS_PER_TOKEN + overhead + 1
-
-
-def build_prefill_body(body: dict[str, Any], priority: int | None) -> dict[str, Any]:
+def build_prefill_body(
+    body: dict[str, Any], priority: int | None, kind: Kind = "completions"
+) -> dict[str, Any]:
     """The prefill leg's body: one token, no streaming, remote decode requested."""
     out = dict(body)
     out["stream"] = False
-    out["max_tokens"] = 1
-    if "max_completion_tokens" in out:
-        out["max_completion_tokens"] = 1
+    if kind == "responses":
+        out["max_output_tokens"] = 1
+        out["store"] = False
+    else:
+        out["max_tokens"] = 1
+        if "max_completion_tokens" in out:
+            out["max_completion_tokens"] = 1
     for name in ("stream_options", "min_tokens", "min_completion_tokens"):
         out.pop(name, None)
     out["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
@@ -257,17 +127,83 @@ ERROR_TYPES = {
 }
 
 
-def build_sse_error(message: str, *, status: int, after_partial_event: bool) -> bytes:
-    """An SSE error event followed by ``[DONE]``, ending a stream that broke.
+def build_sse_error(
+    message: str, *, status: int, after_partial_event: bool, kind: Kind = "completions"
+) -> bytes:
+    """An SSE error event ending a stream that broke: ``data: {"error": ...}`` then
+    ``[DONE]`` for completions and chat; for the Responses API, whose streams end without
+    ``[DONE]``, an ``error`` event (its data carries ``"type": "error"`` and the same
+    ``error`` object, which the ``openai`` client raises as an ``APIError``).
 
     ``after_partial_event``: the bytes relayed so far stopped inside an event, which the
     blank line first terminates so the client's SSE parser stays in step.
     """
-    event = json.dumps(build_error_body(message, status=status), separators=(",", ":"))
     lead = b"\n\n" if after_partial_event else b""
-    return lead + b"data: " + event.encode() + b"\n\ndata: [DONE]\n\n"
+    body = build_error_body(message, status=status)
+    if kind == "responses":
+        event = json.dumps({"type": "error", **body}, separators=(",", ":"))
+        return lead + b"event: error\ndata: " + event.encode() + b"\n\n"
+    event = json.dumps(body, separators=(",", ":"))
+    return lead + b"data: " + event.encode() + b"\n\n" + DONE
 
 
-def _json_type(value: Any) -> str:
-    names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number")
+DONE = b"data: [DONE]\n\n"
+#: The events that end a Responses stream: the response in its final state.
+RESPONSES_FINAL_EVENTS = frozenset(
+    {b"response.completed", b"response.incomplete", b"response.failed"}
+)
+#: Bytes of a stream's end kept between chunks: more than the longest final event line.
+TAIL_BYTES = 64
+
+
+class StreamEnd:
+    r"""How a relayed SSE stream ends, followed chunk by chunk at a cost that does not grow
+    with the stream: only the last :data:`TAIL_BYTES` bytes are kept.
+
+    Completions and chat streams are whole when they end with ``data: [DONE]``; Responses
+    streams have no ``[DONE]`` and are whole when their last event is a final one
+    (``response.completed``...) and it ended.
+
+    >>> end = StreamEnd("responses")
+    >>> end.feed(b"event: response.created\ndata: {}\n\nevent: response.compl")
+    >>> end.complete, end.partial
+    (False, True)
+    >>> end.feed(b'eted\ndata: {"type": "response.completed"}\n\n')
+    >>> end.complete, end.partial
+    (True, False)
+    """
+
+    __slots__ = ("_event", "_responses", "tail")
+
+    def __init__(self, kind: Kind) -> None:
+        self._responses = kind == "responses"
+        self._event = b""
+        self.tail = b"\n"  # the stream starts at a line start
+
+    def feed(self, chunk: bytes) -> None:
+        if self._responses:
+            # An event line starts after a newline; a data line never holds one (JSON
+            # escapes it), so text that reads "event: " inside data is never taken for an
+            # event. The window overlaps the last chunk: a line split across chunks is
+            # found whole in the next window.
+            window = self.tail + chunk
+            at = window.rfind(b"\nevent: ")
+            if at >= 0:
+                line_end = window.find(b"\n", at + 1)
+                if line_end >= 0:
+                    self._event = window[at + 8 : line_end].rstrip(b"\r")
+        if len(chunk) < TAIL_BYTES:
+            self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+        else:
+            self.tail = chunk[-TAIL_BYTES:]
+
+    @property
+    def complete(self) -> bool:
+        if self._responses:
+            return self._event in RESPONSES_FINAL_EVENTS and self.tail.endswith(b"\n\n")
+        return self.tail.endswith(DONE)
+
+    @property
+    def partial(self) -> bool:
+        """The stream stopped inside an event (no blank line after its last bytes)."""
+        return not self.tail.endswith(b"\n\n")

@@ -1,9 +1,10 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
-A generation request goes: class (header, and the API key when the class needs one) →
-body, read whole under its deadline → admission → parse → prefill leg (disaggregated
-mode, unless the prompt is short) → decode leg, relayed. Every outcome is counted once
-in ``tandem_router_requests_total{class,code}``.
+A generation request (completions, chat, Responses) goes: class (header, and the API key
+when the class needs one) → body, read whole under its deadline → admission → parse →
+prefill leg (disaggregated mode, unless the prompt is short or the decode engine must
+judge the body) → decode leg, relayed. Every outcome is counted once in
+``tandem_router_requests_total{class,code}``.
 
 Every answer carries ``X-Request-Id`` (:func:`request_ids`, a middleware): the client's
 own when it sent a sane one, else a fresh one, also on answers the router makes before
@@ -21,6 +22,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
+from tandem.engine.server.errors import ApiError
 from tandem.router.classes import (
     REASON_BODY_TIMEOUT,
     REASON_BODY_TOO_LARGE,
@@ -33,10 +35,11 @@ from tandem.router.classes import (
 from tandem.router.config import RouterConfig
 from tandem.router.keys import parse_bearer
 from tandem.router.legs import Exchange, new_request_id, run_prefill
-from tandem.router.protocol import CHARS_PER_TOKEN, Kind, RequestError, parse_request
 from tandem.router.relay import run_generation
-from tandem.router.responses import error_response, passthrough_response
+from tandem.router.request import CHARS_PER_TOKEN, Kind, parse_request
+from tandem.router.responses import api_error_response, error_response, passthrough_response
 from tandem.router.state import Router
+from tandem.router.tracing import TRACE_HEADERS, request_trace
 from tandem.router.upstream import Passthrough
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
@@ -46,6 +49,9 @@ log = logging.getLogger("tandem.router")
 #: Class label for requests naming an undeclared class (never the client's string,
 #: which would let clients create label values without bound).
 UNKNOWN_CLASS_LABEL = "unknown"
+#: Client headers both legs carry besides its credentials: its W3C trace context (vLLM
+#: reads it; a tracing router sends its own span's instead).
+FORWARDED_HEADERS = TRACE_HEADERS
 
 
 @web.middleware
@@ -71,6 +77,10 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
 
 async def handle_chat(request: web.Request) -> web.StreamResponse:
     return await handle_generate(request, "chat")
+
+
+async def handle_responses(request: web.Request) -> web.StreamResponse:
+    return await handle_generate(request, "responses")
 
 
 async def handle_generate(request: web.Request, kind: Kind) -> web.StreamResponse:
@@ -116,13 +126,16 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             parsed = parse_request(
                 raw, kind, prefix_chars=config.prefix_affinity_tokens * CHARS_PER_TOKEN
             )
-        except RequestError as err:
+        except ApiError as err:
             code = err.status
-            return error_response(err.status, err.message, request_id=request_id, param=err.param)
+            return api_error_response(err, request_id)
         router.prompt_sizes.add(parsed.prompt_tokens)
         headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
         if authorization is not None and not granted:  # a class key stays in the router
             headers["Authorization"] = authorization
+        for name in FORWARDED_HEADERS:
+            if name in request.headers:
+                headers[name] = request.headers[name]
         ex = Exchange(
             router=router,
             config=config,
@@ -132,9 +145,14 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             request_id=request_id,
             headers=headers,
             arrival_s=arrival_s,
+            trace=request_trace(request),
         )
         kv_params = None
-        if config.mode == "disaggregated" and parsed.prompt_tokens >= config.short_prompt_tokens:
+        if (
+            config.mode == "disaggregated"
+            and not parsed.skip_prefill
+            and parsed.prompt_tokens >= config.short_prompt_tokens
+        ):
             prefill = await run_prefill(ex)
             if isinstance(prefill, Passthrough):
                 code = prefill.status

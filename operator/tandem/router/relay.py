@@ -9,7 +9,8 @@ second prefill runs only once the other decode engine is known. An overloaded en
 gets the overload as it is, 503 or 429 with ``Retry-After``.
 
 After the first byte the client has a 200 status line, so a broken stream ends with an
-SSE error event and ``[DONE]``: the client always sees an end. The engine's bytes are
+SSE error event (and ``[DONE]``, except for the Responses API, whose streams have none):
+the client always sees an end. The engine's bytes are
 relayed unchanged; a client that goes away closes the engine connection, which makes
 the engine abort the request and free its KV (vLLM's decode engine, aborting a request
 before it pulled the KV, also tells the prefill engine to free its copy).
@@ -29,7 +30,12 @@ import aiohttp
 from aiohttp import web
 
 from tandem.router.legs import PATHS, Exchange, choose, note_failure, run_prefill
-from tandem.router.protocol import build_decode_body, build_sse_error, decide_kv_reusable
+from tandem.router.protocol import (
+    StreamEnd,
+    build_decode_body,
+    build_sse_error,
+    decide_kv_reusable,
+)
 from tandem.router.responses import error_response, passthrough_response
 from tandem.router.selection import Endpoint
 from tandem.router.upstream import (
@@ -44,7 +50,6 @@ from tandem.router.upstream import (
 
 log = logging.getLogger("tandem.router")
 
-DONE = b"data: [DONE]\n\n"
 #: Engines one request may try for its generating leg: the first and one retry.
 MAX_ATTEMPTS = 2
 
@@ -120,6 +125,10 @@ async def relay_once(
     complete = False
     first_s = timeouts.first_token_s
     progress = None if ex.parsed.stream else (lambda: endpoint.progress_s + first_s)
+    leg = ex.trace.leg(endpoint.role, endpoint.url, ex.attempt)
+    if kv_params is not None:
+        leg.start_handoff()
+    failure: str | None = "cancelled"
     try:
         try:
             with StallGuard(first_s, timeouts.idle_stream_s, progress=progress) as guard:
@@ -127,17 +136,19 @@ async def relay_once(
                     router.session,
                     endpoint.url + PATHS[ex.parsed.kind],
                     body,
-                    ex.leg_headers(),
+                    leg.headers(ex.leg_headers()),
                     guard,
                     client_timeout=router.client_timeout,
                 )
                 content_type = resp.headers.get("Content-Type", "application/json")
                 if resp.status != 200 or not ex.parsed.stream:
                     guard.touch()
+                    leg.first_byte()  # a whole answer's head comes when it is done
                     raw = await _read_all(resp, endpoint.url)
                     complete = True
                     retry_after = resp.headers.get("Retry-After")
                     answer = classify(endpoint.url, resp.status, raw, content_type, retry_after)
+                    failure = None
                     if isinstance(answer, Passthrough):
                         ex.code = answer.status
                         return passthrough_response(answer, ex.request_id)
@@ -149,6 +160,7 @@ async def relay_once(
                         headers={"Content-Type": content_type, "X-Request-Id": ex.request_id},
                     )
                 first = await _read_chunk(resp, endpoint.url)
+                leg.first_byte()
         except StallTimeout:
             what = "a first token" if ex.parsed.stream else "progress"
             raise UpstreamFailure(
@@ -157,7 +169,7 @@ async def relay_once(
                 delivered=True,
                 status=504,
             ) from None
-        if not first or first.startswith(b'data: {"error"'):
+        if not first or first.startswith((b'data: {"error"', b"event: error")):
             raise UpstreamFailure(
                 "ended its stream before the first token",
                 detail=f"{endpoint.url} ended its stream before the first token: {first[:200]!r}",
@@ -166,8 +178,17 @@ async def relay_once(
         endpoint.outstanding_prompt_tokens -= queued_tokens
         queued_tokens = 0
         client, complete = await stream_to_client(ex, request, resp, endpoint, first, content_type)
+        failure = None
+        if not complete:
+            failure = f"the stream ended with {ex.code}"
+            if ex.code != 499:
+                ex.trace.fail(failure)
         return client
+    except UpstreamFailure as err:
+        failure = err.reason
+        raise
     finally:
+        leg.end(None if resp is None else resp.status, failure)
         endpoint.outstanding_requests -= 1
         endpoint.outstanding_prompt_tokens -= queued_tokens
         if resp is not None:
@@ -210,7 +231,8 @@ async def stream_to_client(
     if ex.prefill_done_s is not None:
         ex.router.metrics.kv_handoff.observe(now - ex.prefill_done_s)
     itl = ex.class_metrics.itl
-    tail = first[-len(DONE) :]
+    end = StreamEnd(ex.parsed.kind)
+    end.feed(first)
     broken: tuple[int, str, str] | None = None
     writing = False
     role = endpoint.role
@@ -235,22 +257,22 @@ async def stream_to_client(
                 now = loop.time()
                 itl.observe(now - last)
                 last = now
-                tail = (
-                    (tail + chunk)[-len(DONE) :] if len(chunk) < len(DONE) else chunk[-len(DONE) :]
-                )
+                end.feed(chunk)
     except StallTimeout:
         if writing:
             cut_client(ex, request, f"it read nothing for {idle_s:g} s")
             return client, False
         broken = 504, f"sent nothing for {idle_s:g} s", "stalled"
-    complete = broken is None and tail == DONE
+    complete = broken is None and end.complete
     if not complete:
         endpoint.record_failure(loop.time())
-        status, reason, detail = broken or (502, "ended the stream without [DONE]", "no [DONE]")
+        status, reason, detail = broken or (502, "ended the stream before its end", "no end")
         log.warning("request %s: %s engine %s: %s", ex.request_id, role, endpoint.url, detail)
-        partial = not tail.endswith(b"\n\n")
         event = build_sse_error(
-            f"the {role} engine {reason}", status=status, after_partial_event=partial
+            f"the {role} engine {reason}",
+            status=status,
+            after_partial_event=end.partial,
+            kind=ex.parsed.kind,
         )
         try:
             async with asyncio.timeout(idle_s):

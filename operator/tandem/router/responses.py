@@ -9,6 +9,7 @@ import json
 
 from aiohttp import web
 
+from tandem.engine.server.errors import ApiError
 from tandem.router.protocol import build_error_body
 from tandem.router.upstream import Passthrough
 
@@ -29,6 +30,12 @@ def error_response(
         headers["Retry-After"] = str(retry_after_s)
     body = json.dumps(build_error_body(message, status=status, param=param))
     return web.Response(status=status, text=body, headers=headers)
+
+
+def api_error_response(err: ApiError, request_id: str) -> web.Response:
+    """An error the router answers exactly as vLLM would (its type, param and message)."""
+    headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
+    return web.Response(status=err.status, text=json.dumps(err.body()), headers=headers)
 
 
 def passthrough_response(answer: Passthrough, request_id: str) -> web.Response:

@@ -12,15 +12,15 @@ import contextlib
 import dataclasses
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
 from tandem.engine.server.config import SimServerConfig
-from tandem.engine.server.errors import error_body, internal_error
-from tandem.engine.server.generate import handle_chat, handle_completions
+from tandem.engine.server.errors import ApiError, error_body, internal_error
+from tandem.engine.server.generate import handle_chat, handle_completions, read_json
 from tandem.engine.server.keys import STATE_KEY, TASKS_KEY
 from tandem.engine.server.kv_transfer import (
     HEARTBEAT_PATH,
@@ -31,9 +31,12 @@ from tandem.engine.server.kv_transfer import (
     serve_heartbeat,
     serve_pull,
 )
+from tandem.engine.server.responses_api import handle_responses, handle_stored_response
 from tandem.engine.server.state import ServerState
+from tandem.engine.server.tokenizing import answer_detokenize, answer_tokenize
 
 VLLM_VERSION = "0.34.0"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def handle_health(request: web.Request) -> web.Response:
@@ -94,6 +97,39 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 async def handle_version(request: web.Request) -> web.Response:
     return web.json_response({"version": VLLM_VERSION})
+
+
+async def handle_tokenize(request: web.Request) -> web.Response:
+    """``POST /tokenize``: a prompt or a conversation as the sim's token ids."""
+    cfg = request.app[STATE_KEY].config
+    try:
+        body = await read_json(request)
+        answer = answer_tokenize(body, cfg.served_model_names, cfg.engine.max_model_len)
+    except ApiError as err:
+        return web.json_response(err.body(), status=err.status)
+    return web.json_response(answer)
+
+
+async def handle_detokenize(request: web.Request) -> web.Response:
+    """``POST /detokenize``: token ids back to text."""
+    cfg = request.app[STATE_KEY].config
+    try:
+        answer = answer_detokenize(await read_json(request), cfg.served_model_names)
+    except ApiError as err:
+        return web.json_response(err.body(), status=err.status)
+    return web.json_response(answer)
+
+
+@web.middleware
+async def json_not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown paths and methods answered as vLLM's FastAPI does: ``{"detail": ...}``."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return web.json_response({"detail": "Not Found"}, status=404)
+    except web.HTTPMethodNotAllowed as err:
+        headers = {"Allow": ", ".join(sorted(err.allowed_methods))}
+        return web.json_response({"detail": "Method Not Allowed"}, status=405, headers=headers)
 
 
 async def handle_load(request: web.Request) -> web.Response:
@@ -165,10 +201,15 @@ def create_app(
     config: SimServerConfig, on_crash: Callable[[], None] | None = None
 ) -> web.Application:
     """The simulated engine as an aiohttp app. ``on_crash`` runs when a crash is injected."""
-    app = web.Application(client_max_size=64 * 1024**2)
+    app = web.Application(client_max_size=64 * 1024**2, middlewares=[json_not_found])
     app[STATE_KEY] = ServerState(config, on_crash)
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/v1/chat/completions", handle_chat)
+    app.router.add_post("/v1/responses", handle_responses)
+    app.router.add_get("/v1/responses/{response_id}", handle_stored_response)
+    app.router.add_post("/v1/responses/{response_id}/cancel", handle_stored_response)
+    app.router.add_post("/tokenize", handle_tokenize)
+    app.router.add_post("/detokenize", handle_detokenize)
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/ping", handle_health)

@@ -66,12 +66,34 @@ def validation_error(
     >>> validation_error("int_parsing", "n", "Input should be a valid integer", "x").param
     'body.n'
     """
-    where = f"body.{loc}" if loc else "body"
-    error: dict[str, Any] = {"type": kind, "loc": where, "msg": msg}
-    error["input"] = _shown_input(value)
-    if ctx:
-        error["ctx"] = ctx
-    return ApiError(400, f"1 validation error:\n  {error!r}", "Bad Request", where)
+    return validation_errors([(kind, loc, msg, value, ctx)])
+
+
+def validation_errors(
+    errors: list[tuple[str, str, str, Any, dict[str, Any] | None]],
+) -> ApiError:
+    """Several request-model failures at once (``(type, loc, msg, input, ctx)`` each), as
+    pydantic lists them; ``param`` is the first one's location.
+
+    >>> err = validation_errors([("missing", "prompt", "Field required", {}, None),
+    ...                          ("missing", "messages", "Field required", {}, None)])
+    >>> err.message.splitlines()[0], err.param
+    ('2 validation errors:', 'body.prompt')
+    >>> err.message.splitlines()[2]
+    "  {'type': 'missing', 'loc': 'body.messages', 'msg': 'Field required', 'input': '<dict of 0 items>'}"
+    """  # noqa: E501
+    shown = []
+    for kind, loc, msg, value, ctx in errors:
+        where = f"body.{loc}" if loc else "body"
+        error: dict[str, Any] = {"type": kind, "loc": where, "msg": msg}
+        error["input"] = _shown_input(value)
+        if ctx:
+            error["ctx"] = ctx
+        shown.append(repr(error))
+    count = f"{len(errors)} validation error" + ("s" if len(errors) > 1 else "")
+    first = errors[0][1]
+    param = f"body.{first}" if first else "body"
+    return ApiError(400, f"{count}:\n  " + "\n  ".join(shown), "Bad Request", param)
 
 
 def invalid_json(position: int, reason: str) -> ApiError:

@@ -74,10 +74,12 @@ def strict_str(value: Any, loc: str) -> str:
 
 
 def mapping(value: Any, loc: str) -> Mapping[str, Any]:
+    """An object; ``loc`` empty: the request body itself, which FastAPI reports as
+    ``model_attributes_type`` (a nested model field is pydantic's ``model_type``)."""
     if isinstance(value, Mapping):
         return value
     msg = "Input should be a valid dictionary or object to extract fields from"
-    raise validation_error("model_type", loc, msg, value)
+    raise validation_error("model_attributes_type" if not loc else "model_type", loc, msg, value)
 
 
 def opt_int(body: Mapping[str, Any], name: str) -> int | None:

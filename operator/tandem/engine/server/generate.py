@@ -73,7 +73,7 @@ def crash(state: ServerState) -> None:
         state.on_crash()
 
 
-async def _read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request) -> Any:
     raw = await request.read()
     try:
         return json.loads(raw)
@@ -83,15 +83,26 @@ async def _read_json(request: web.Request) -> Any:
         raise invalid_json(exc.start, "Invalid UTF-8") from exc
 
 
-async def _admit(request: web.Request, state: ServerState, kind: Kind) -> ParsedRequest:
-    cfg = state.config
+def check_serving(state: ServerState) -> None:
+    """Refuse every request of a dead, starting or draining engine, as vLLM does."""
     if state.dead:
         raise internal_error("EngineCore encountered an issue. See stack trace")
     if not state.ready:
         raise service_unavailable("The engine is starting up (loading weights)")
     if state.draining:
         raise internal_error(DRAINING_MESSAGE)
-    parsed = parse_body(kind, await _read_json(request), cfg.engine.block_size)
+
+
+async def _admit(request: web.Request, state: ServerState, kind: Kind) -> ParsedRequest:
+    check_serving(state)
+    parsed = parse_body(kind, await read_json(request), state.config.engine.block_size)
+    await admit(state, parsed)
+    return parsed
+
+
+async def admit(state: ServerState, parsed: ParsedRequest) -> None:
+    """After parsing: the model, the prompt's length, the sampling checks, injected
+    faults and the queue limits, in vLLM's order; raises ApiError."""
     try:
         await _check(state, parsed)
     except BaseException:
@@ -99,11 +110,9 @@ async def _admit(request: web.Request, state: ServerState, kind: Kind) -> Parsed
         # prefill engine's KV the request names, as vLLM's serving layer does
         state.runner.release_remote(parsed.kv_transfer_params)
         raise
-    return parsed
 
 
 async def _check(state: ServerState, parsed: ParsedRequest) -> None:
-    """What vLLM checks of a parsed request before the engine takes it; raises ApiError."""
     cfg = state.config
     if parsed.model is not None and parsed.model not in cfg.served_model_names:
         raise model_not_found(parsed.model)
@@ -157,7 +166,7 @@ class Choice:
         return None
 
 
-def _engine_request(
+def engine_request(
     state: ServerState,
     parsed: ParsedRequest,
     prompt: Prompt,
@@ -192,7 +201,7 @@ def _engine_request(
     return req, pull_params
 
 
-def _kv_params_out(request: web.Request, state: ServerState, fin: FinishedRequest) -> Any:
+def kv_params_out(request: web.Request, state: ServerState, fin: FinishedRequest) -> Any:
     """Prefill role: what a decode engine needs to pull this request's KV."""
     if not fin.kv_held:
         return None
@@ -221,7 +230,7 @@ def _kv_params_out(request: web.Request, state: ServerState, fin: FinishedReques
     }
 
 
-def _submit_choices(
+def submit_choices(
     state: ServerState, parsed: ParsedRequest, response_id: str, event: asyncio.Event
 ) -> list[Choice]:
     """One engine request per choice. Internal ids as vLLM's (``cmpl-<id>-<i>-<8 hex>``,
@@ -243,7 +252,7 @@ def _submit_choices(
                 internal_id = runner.unique_id(f"{response_id}-{index}-{suffix}")
             else:
                 internal_id = runner.unique_id(f"{response_id}-{suffix}")
-            req, pull = _engine_request(state, parsed, prompt, internal_id, text, limit, index == 0)
+            req, pull = engine_request(state, parsed, prompt, internal_id, text, limit, index == 0)
             stream = runner.submit(req, pull, event)
             choices.append(Choice(index, prompt, text, stream))
     return choices
@@ -261,7 +270,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     fmt = ChunkFormatter(kind, prefix + external_id, int(time.time()), model_name)
     event = asyncio.Event()
     try:
-        choices = _submit_choices(state, parsed, fmt.response_id, event)
+        choices = submit_choices(state, parsed, fmt.response_id, event)
     except ValueError as exc:
         state.runner.release_remote(parsed.kv_transfer_params)
         return error_response(ApiError(400, str(exc), "BadRequestError"))
@@ -275,7 +284,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
                 state.runner.abort(choice.stream.request_id)
 
 
-def _failed(stream: RequestStream) -> ApiError | None:
+def failed(stream: RequestStream) -> ApiError | None:
     fin = stream.finished
     if stream.error is not None:
         return stream.error
@@ -284,7 +293,7 @@ def _failed(stream: RequestStream) -> ApiError | None:
     return None
 
 
-def _usage(choices: list[Choice], emitted: dict[int, int], cached: int) -> dict[str, Any]:
+def usage_of(choices: list[Choice], emitted: dict[int, int], cached: int) -> dict[str, Any]:
     seen: dict[int, int] = {}
     for c in choices:
         seen.setdefault(id(c.prompt), c.prompt.tokens)
@@ -312,7 +321,7 @@ def _choice_logprobs(parsed: ParsedRequest, choice: Choice, start: int, stop: in
     return out
 
 
-async def _wait_all(choices: list[Choice], event: asyncio.Event) -> None:
+async def wait_all(choices: list[Choice], event: asyncio.Event) -> None:
     while not all(c.stream.done for c in choices):
         event.clear()
         if all(c.stream.done for c in choices):
@@ -328,13 +337,13 @@ async def _complete(
     fmt: ChunkFormatter,
     event: asyncio.Event,
 ) -> web.StreamResponse:
-    await _wait_all(choices, event)
+    await wait_all(choices, event)
     bodies = []
     emitted: dict[int, int] = {}
     cached = 0
     kv = None
     for choice in choices:
-        err = _failed(choice.stream)
+        err = failed(choice.stream)
         fin = choice.stream.finished
         if err is not None or fin is None:
             return error_response(err or internal_error())
@@ -348,8 +357,8 @@ async def _complete(
         emitted[choice.index] = fin.output_tokens
         cached += fin.cached_tokens
         if choice.index == 0:
-            kv = _kv_params_out(request, state, fin)
-    usage = _usage(choices, emitted, cached)
+            kv = kv_params_out(request, state, fin)
+    usage = usage_of(choices, emitted, cached)
     body = build_response(parsed.kind, fmt.response_id, fmt.created, fmt.model, bodies, usage, kv)
     return web.json_response(body)
 
@@ -376,7 +385,7 @@ async def _stream(
     return resp
 
 
-def _new_text(parsed: ParsedRequest, choice: Choice, n: int, finished: bool) -> str:
+def new_text(parsed: ParsedRequest, choice: Choice, n: int, finished: bool) -> str:
     """Text of the choice not yet sent, after ``n`` tokens (``echo``: the prompt first)."""
     text = choice.text
     if text.stops:
@@ -408,7 +417,7 @@ async def _stream_tokens(
             if choice.closed:
                 continue
             stream = choice.stream
-            err = _failed(stream)
+            err = failed(stream)
             if err is not None:
                 await resp.write(sse_error_event(err))
                 return
@@ -417,9 +426,9 @@ async def _stream_tokens(
                 n = fin.output_tokens
                 emitted[choice.index] = n
                 cached += fin.cached_tokens
-                usage = _usage(choices, emitted, cached) if continuous else None
-                kv = _kv_params_out(request, state, fin) if choice.index == 0 else None
-                text = _new_text(parsed, choice, n, True)
+                usage = usage_of(choices, emitted, cached) if continuous else None
+                kv = kv_params_out(request, state, fin) if choice.index == 0 else None
+                text = new_text(parsed, choice, n, True)
                 logprobs = _choice_logprobs(parsed, choice, choice.sent_tokens, n)
                 await resp.write(
                     fmt.full_chunk(text, fin.finish_reason, usage, kv, index=choice.index,
@@ -428,11 +437,11 @@ async def _stream_tokens(
                 choice.sent_tokens = n
                 choice.closed = True
             elif n > choice.sent_tokens:
-                text = _new_text(parsed, choice, n, False)
+                text = new_text(parsed, choice, n, False)
                 logprobs = _choice_logprobs(parsed, choice, choice.sent_tokens, n)
                 if continuous:
                     emitted[choice.index] = n
-                    usage = _usage(choices, emitted, 0)
+                    usage = usage_of(choices, emitted, 0)
                     await resp.write(fmt.full_chunk(text, None, usage, index=choice.index,
                                                     logprobs=logprobs))  # fmt: skip
                 elif text or logprobs is not None:
@@ -440,6 +449,6 @@ async def _stream_tokens(
                 choice.sent_tokens = n
         if all(c.closed for c in choices):
             if parsed.include_usage:
-                await resp.write(fmt.usage_chunk(_usage(choices, emitted, cached)))
+                await resp.write(fmt.usage_chunk(usage_of(choices, emitted, cached)))
             return
         await event.wait()

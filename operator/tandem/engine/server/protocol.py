@@ -82,6 +82,11 @@ class ParsedRequest:
     kv_transfer_params: dict[str, Any] | None
     request_id: str | None
     """The body's ``request_id`` (the ``X-Request-Id`` header wins over it)."""
+    min_tokens: int = 0
+    """Output tokens before an end of text may finish the request (completions and chat)."""
+    limit_field: str = "max_tokens"
+    """The field ``max_tokens`` came from, as vLLM names it when it is over the context
+    (``max_output_tokens`` for the Responses API)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -93,15 +98,18 @@ class ParsedRequest:
         return self.temperature < GREEDY_TEMPERATURE
 
 
-def _common(body: Mapping[str, Any]) -> dict[str, Any]:
+def common_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields completions, chat and the Responses API share, read as vLLM reads them."""
     model = body.get("model")
     if model is not None:
         model = strict_str(model, "model")
-    stream = opt_bool(body, "stream")
     raw_options = body.get("stream_options")
-    options = {} if raw_options is None else mapping(raw_options, "stream_options")
-    if raw_options is not None and not stream:
+    if raw_options and not body.get("stream"):
+        # vLLM's validator runs before field parsing and reads the raw values: an empty
+        # stream_options passes, and so does "stream": "false" (a non-empty string)
         raise invalid("Stream options can only be defined when `stream=True`.", "stream_options")
+    stream = opt_bool(body, "stream")
+    options = {} if raw_options is None else mapping(raw_options, "stream_options")
     kv = body.get("kv_transfer_params")
     if kv is not None:
         kv = dict(mapping(kv, "kv_transfer_params"))
@@ -197,7 +205,7 @@ def _prompts(value: Any, block_size: int) -> tuple[Prompt, ...]:
 def parse_completion(body: Any, block_size: int) -> ParsedRequest:
     """``POST /v1/completions``."""
     body = mapping(body, "")
-    common = _common(body)
+    common = common_fields(body)
     prompts = _prompts(body.get("prompt"), block_size)
     max_tokens = opt_int(body, "max_tokens")
     logprobs = opt_int(body, "logprobs")
@@ -207,6 +215,7 @@ def parse_completion(body: Any, block_size: int) -> ParsedRequest:
         max_tokens=COMPLETION_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
         logprobs=None if logprobs is None else (MAX_LOGPROBS if logprobs == -1 else logprobs),
         echo=opt_bool(body, "echo"),
+        min_tokens=opt_int(body, "min_tokens") or 0,
         **common,
     )
 
@@ -265,7 +274,7 @@ def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
 def parse_chat(body: Any, block_size: int) -> ParsedRequest:
     """``POST /v1/chat/completions``: ``messages`` rendered with a Llama-3-like template."""
     body = mapping(body, "")
-    common = _common(body)
+    common = common_fields(body)
     messages = body.get("messages")
     if messages is None:
         raise validation_error("missing", "messages", "Field required", body)
@@ -293,6 +302,7 @@ def parse_chat(body: Any, block_size: int) -> ParsedRequest:
         max_tokens=max_tokens,
         logprobs=logprobs,
         echo=False,
+        min_tokens=opt_int(body, "min_tokens") or 0,
         **common,
     )
 
@@ -311,10 +321,17 @@ def check_sampling(req: ParsedRequest, max_model_len: int) -> None:
                           "max_tokens", req.max_tokens)  # fmt: skip
         if req.max_tokens > max_model_len:
             raise invalid(
-                f"max_tokens={req.max_tokens} cannot be greater than max_model_len="
+                f"{req.limit_field}={req.max_tokens} cannot be greater than max_model_len="
                 f"{max_model_len}. Please request fewer output tokens.",
-                "max_tokens", req.max_tokens,
+                req.limit_field, req.max_tokens,
             )  # fmt: skip
+    if req.min_tokens < 0:
+        raise ApiError(400, f"min_tokens must be greater than or equal to 0, got "
+                       f"{req.min_tokens}.", "BadRequestError")  # fmt: skip
+    limit = max_model_len - req.prompt_tokens if req.max_tokens is None else req.max_tokens
+    if req.min_tokens > limit:
+        raise ApiError(400, f"min_tokens must be less than or equal to max_tokens={limit}, got "
+                       f"{req.min_tokens}.", "BadRequestError")  # fmt: skip
     if req.logprobs is not None and req.logprobs > MAX_LOGPROBS:
         raise invalid(
             f"Requested sample logprobs of {req.logprobs}, which is greater than max "

@@ -122,3 +122,59 @@ def eos_position(seed: int, mean_tokens: int) -> int | None:
     x = (seed * 0xD1B54A32D192ED03 + 0x2545F4914F6CDD1D) & 0xFFFFFFFFFFFFFFFF
     u = ((x >> 11) + 1) / float(1 << 53)  # (0, 1]
     return max(1, round(-math.log(u) * mean_tokens))
+
+
+#: The sim tokenizer's special tokens (ids 0-5) and chat roles (ids 8-13); the ids of its
+#: text pieces are 256 and above, so the two never meet.
+SPECIAL_TOKENS: tuple[str, ...] = ("<|bos|>", "<|eos|>", "<|start|>", "<|end|>", "<|sep|>", "\n")
+BOS_ID, START_ID, END_ID, SEP_ID, NEWLINE_ID = 0, 2, 3, 4, 5
+ROLE_IDS = {"system": 8, "user": 9, "assistant": 10, "tool": 11, "developer": 12}
+OTHER_ROLE_ID = 13
+_ROLES_BY_ID = {v: k for k, v in ROLE_IDS.items()}
+
+
+def encode_text(text: str) -> list[int]:
+    """Token ids of ``text`` as the sim counts it: one per four UTF-8 bytes, each id the
+    bytes themselves behind a marker byte, so :func:`decode_tokens` gives the text back.
+
+    >>> encode_text("Hello there")
+    [5509573740, 6159365224, 23425637]
+    >>> decode_tokens(encode_text("Hello there"))
+    'Hello there'
+    """
+    data = text.encode("utf-8")
+    pieces = (data[i : i + BYTES_PER_TOKEN] for i in range(0, len(data), BYTES_PER_TOKEN))
+    return [int.from_bytes(b"\x01" + piece, "big") for piece in pieces]
+
+
+def token_piece(token_id: int) -> bytes:
+    """The bytes of one token id (a special token's or role's name for small ids)."""
+    if token_id < len(SPECIAL_TOKENS):
+        return SPECIAL_TOKENS[token_id].encode()
+    if token_id < 256:
+        return _ROLES_BY_ID.get(token_id, "").encode()
+    return token_id.to_bytes((token_id.bit_length() + 7) // 8, "big")[1:]
+
+
+def decode_tokens(token_ids: Sequence[int]) -> str:
+    """The text of token ids (bytes joined first, so a character split across two tokens
+    comes back whole)."""
+    return b"".join(token_piece(t) for t in token_ids).decode("utf-8", "replace")
+
+
+def encode_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+                ) -> list[int]:  # fmt: skip
+    """Token ids of a conversation in the sim's template: as many as :func:`render_chat`
+    counts (bos, five per message around its text, four for the generation prompt).
+
+    >>> len(encode_chat([{"role": "user", "content": "Hello there"}]))
+    13
+    """
+    ids = [BOS_ID]
+    for msg in messages:
+        role = ROLE_IDS.get(str(msg.get("role", "")), OTHER_ROLE_ID)
+        body = message_text(msg.get("content"))
+        ids += [START_ID, role, SEP_ID, NEWLINE_ID, *encode_text(body), END_ID]
+    if add_generation_prompt:
+        ids += [START_ID, ROLE_IDS["assistant"], SEP_ID, NEWLINE_ID]
+    return ids
