@@ -4,16 +4,20 @@ The ``slo`` policy sizes each pool from its own signals, with what it learned ab
 replica live (:mod:`tandem.policy.learn`; no profiling run):
 
 * **prefill** — demand is prompt tokens/s arriving (what the pool processed plus how
-  fast its backlog grew), smoothed, with a slow trend carried one cold start ahead;
-  capacity per replica is ``profile.prefillTokensPerS`` or learned from the pool's
-  service time and saturation. Replicas = demand / (capacity × utilization), enough to
-  drain the waiting prompts within a tick, and more when measured TTFT is over target.
+  fast its backlog grew, plus prompts decode engines absorbed), smoothed, with a slow
+  trend carried one cold start ahead; capacity per replica is
+  ``profile.prefillTokensPerS`` or learned from the pool's service time and saturation.
+  Replicas = demand / (capacity × utilization), enough to drain the waiting prompts
+  within a tick, and more when the requests that can meet their TTFT target spent more
+  than their queueing budget waiting (:mod:`tandem.policy.feasibility`): the latency
+  rule scales on delay more replicas remove, never on a prompt's own prefill time, and
+  requests no pool size could serve in time are left out of it.
 * **decode** — one replica generates ``batch`` tokens per step, where ``batch`` is the
   largest that keeps ITL within target (``profile.maxBatchAtItl`` or learned from a
   line fitted through (batch, ITL) of past windows), so replicas = output tokens/s ×
   ITL target / batch (over the batch share the objective plans); also KV demand over KV
   capacity × target usage, every queued sequence's slot, and more when measured ITL is
-  over target.
+  over target (unless the router found the target below the least ITL it has seen).
 
 Worked example (decode): 4 replicas at 0.9 KV usage of 280k tokens each hold 1.01M
 tokens; 600 running requests with 200 tokens still to generate add 0.12M; at a 0.8
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import (
@@ -101,21 +105,41 @@ def compute_forecast(level: float, trend: float, config: PolicyConfig) -> float:
     return max(level + max(trend, 0.0) * config.cold_start_s, 0.0)
 
 
+class LatencyRatio(NamedTuple):
+    """The latency signal a pool is sized on, from its strictest class."""
+
+    ratio: float | None
+    """Measured over target (1: exactly on target); ``None`` without a signal."""
+    measured_s: float | None
+    """The measured latency at the target's percentile."""
+    target_s: float | None
+    mean_s: float | None
+    """The window's mean latency."""
+    queueing: bool = False
+    """``ratio`` is the TTFT queueing ratio of feasible requests (:mod:`tandem.policy.feasibility`)
+    rather than TTFT over target."""
+
+
 def compute_latency_ratio(
     obs: Observation,
     pool: PoolObservation,
     targets: LatencyTargets,
     class_targets: dict[str, LatencyTargets],
     signal: str,
-) -> tuple[float | None, float | None, float | None, float | None]:
-    """(measured / target, measured s, target s, mean s) for ``signal`` (``ttft`` or
-    ``itl``): the measured value at the target's percentile, and the window's mean.
+) -> LatencyRatio:
+    """The latency signal for ``signal`` (``ttft`` or ``itl``): measured / target at the
+    target's percentile, with the measured value and the window's mean.
 
     The strictest class with traffic decides: the largest ratio over classes that had
     requests in the window. Router measurements are preferred; the pool's own engine
-    histograms are the fallback.
+    histograms are the fallback. Requests no pool size could serve in time are left out:
+    for TTFT, a router that judges feasibility gives the queueing ratio of the feasible
+    requests (the share of their queueing budget they used: only delay more replicas
+    remove; :mod:`tandem.policy.feasibility`), and a class none of whose requests was
+    feasible has no signal; for ITL, a class whose requests the router found beyond the
+    least ITL it has seen has none either.
     """
-    best: tuple[float | None, float | None, float | None, float | None] = (None,) * 4
+    best = LatencyRatio(None, None, None, None)
     sources = [(name, lat) for name, lat in obs.latency_by_class.items() if lat.requests > 0]
     if not sources and pool.latency is not None:
         sources = [("", pool.latency)]
@@ -127,10 +151,18 @@ def compute_latency_ratio(
         measured = values.get(pct)
         if target is None or target <= 0 or measured is None:
             continue
-        ratio = measured / target
         mean = latency.ttft_mean_s if signal == "ttft" else latency.itl_mean_s
-        if best[0] is None or ratio > best[0]:
-            best = (ratio, measured, target, mean)
+        queueing = signal == "ttft" and latency.feasible_requests is not None
+        if queueing:
+            ratio = latency.queueing_ratio.get(pct)
+            if not latency.feasible_requests or ratio is None:
+                continue
+        elif signal == "itl" and latency.infeasible_requests.get("itl", 0.0) > 0:
+            continue
+        else:
+            ratio = measured / target
+        if best.ratio is None or ratio > best.ratio:
+            best = LatencyRatio(ratio, measured, target, mean, queueing)
     return best
 
 
@@ -142,12 +174,25 @@ def _latency_floor(pool: PoolObservation, ratio: float | None) -> float:
     return pool.ready * min(ratio, MAX_LATENCY_CORRECTION)
 
 
+def _latency_reason(signal: str, latency: LatencyRatio) -> str:
+    if latency.queueing:
+        return (
+            f"TTFT queueing at {latency.ratio or 0:.3g}x the budget of requests that can "
+            f"meet their target (TTFT {latency.measured_s or 0:.3g}s, target "
+            f"{latency.target_s or 0:.3g}s)"
+        )
+    name = "TTFT" if signal == "ttft" else "ITL"
+    return f"{name} {latency.measured_s or 0:.3g}s over target {latency.target_s or 0:.3g}s"
+
+
 def compute_prompt_demand(
     obs: Observation, pool: PoolObservation, backlog_tokens: float, state: PoolState
 ) -> float:
     """Prompt tokens/s arriving: the router's count when it reports one, else what the
     pool processed plus how fast its backlog grew since the last tick (a saturated pool
-    processes only its capacity; the rest of the demand piles up in the queue).
+    processes only its capacity; the rest of the demand piles up in the queue), plus what
+    decode engines absorbed (prompts the router sent them whole while the prefill pool's
+    wait was too long: work the pool must be sized for all the same).
 
     >>> pool = PoolObservation("prefill", 1, 1, 1, prompt_tokens_per_s=30_000.0)
     >>> state = PoolState(backlog_tokens=100_000.0)
@@ -160,7 +205,8 @@ def compute_prompt_demand(
     growth = 0.0
     if state.backlog_tokens is not None and obs.window_s > 0:
         growth = max(backlog_tokens - state.backlog_tokens, 0.0) / obs.window_s
-    return pool.prompt_tokens_per_s + growth
+    absorbed = obs.absorbed_prompt_tokens_per_s if pool.role == "prefill" else 0.0
+    return pool.prompt_tokens_per_s + growth + absorbed
 
 
 def size_prefill(
@@ -191,10 +237,8 @@ def size_prefill(
     utilization = config.utilization
     n_demand = forecast / (capacity * utilization)
     n_backlog = (demand + backlog_tokens / budget_s) / capacity
-    ratio, measured, target, _ = compute_latency_ratio(
-        obs, pool, config.targets, dict(config.class_targets), "ttft"
-    )
-    n_latency = _latency_floor(pool, ratio)
+    latency = compute_latency_ratio(obs, pool, config.targets, dict(config.class_targets), "ttft")
+    n_latency = _latency_floor(pool, latency.ratio)
     n = max(n_demand, n_backlog, n_latency)
     options: list[tuple[float, Driver, str]] = [
         (
@@ -209,7 +253,7 @@ def size_prefill(
             f"backlog {human(backlog_tokens)} prompt tokens to drain in "
             f"{budget_s:g}s at {human(capacity)} tok/s per replica",
         ),
-        (n_latency, "latency", f"TTFT {measured or 0:.3g}s over target {target or 0:.3g}s"),
+        (n_latency, "latency", _latency_reason("ttft", latency)),
     ]
     _, driver, reason = max(options)
     new_state = replace(
@@ -231,8 +275,9 @@ def size_prefill(
             "capacity": capacity,
             "backlog_tokens": backlog_tokens,
             "utilization": demand / current_capacity,
-            "latency_measured_s": measured or 0.0,
-            "latency_target_s": target or 0.0,
+            "latency_measured_s": latency.measured_s or 0.0,
+            "latency_target_s": latency.target_s or 0.0,
+            "queueing_ratio": latency.ratio if latency.queueing and latency.ratio else 0.0,
         },
         panic=demand + backlog_tokens / budget_s > config.panic_threshold * current_capacity,
     )
@@ -264,7 +309,7 @@ def size_decode(
         used + pool.running_requests * out_len / 2 + pool.waiting_requests * (context + out_len / 2)
     )
     concurrency = pool.running_requests + pool.waiting_requests
-    ratio, measured, target, mean = compute_latency_ratio(
+    ratio, measured, target, mean, _ = compute_latency_ratio(
         obs, pool, config.targets, dict(config.class_targets), "itl"
     )
     itl_s = target or config.targets.itl_s
@@ -319,7 +364,7 @@ def size_decode(
             f"{human(concurrency)} sequences ({human(pool.waiting_requests)} waiting) / batch "
             f"{human(max_batch)} within ITL",
         ),
-        (n_latency, "latency", f"ITL {measured or 0:.3g}s over target {target or 0:.3g}s"),
+        (n_latency, "latency", _latency_reason("itl", LatencyRatio(ratio, measured, target, mean))),
     ]
     _, driver, reason = max(options)
     capacity_seqs = max(pool.ready, 1) * max_batch
