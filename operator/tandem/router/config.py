@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from tandem.api import InferenceService
+from tandem.policy.config import LatencyTargets, compute_policy_config
 
 Mode = Literal["disaggregated", "aggregated"]
 
@@ -34,6 +35,10 @@ class Timeouts:
     """Longest silence between two chunks of a streaming answer."""
 
 
+#: A class without latency targets: nothing is judged infeasible, nothing absorbed.
+NO_TARGETS = LatencyTargets(None, 90, None, 90)
+
+
 @dataclass(frozen=True)
 class ClassConfig:
     """A priority class: the vLLM ``priority`` it sets and its admission limit."""
@@ -43,6 +48,9 @@ class ClassConfig:
     """vLLM request priority (lower runs first); sent only under the priority policy."""
     max_inflight: int | None = None
     """In-flight requests of this class per router replica; ``None``: only the global bound."""
+    targets: LatencyTargets = NO_TARGETS
+    """The class's TTFT and ITL targets, for the router's accounting (which requests no
+    pool size could serve in time) and for absorbing prefill bursts on decode engines."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,9 @@ class RouterConfig:
     """How often each engine's ``/metrics`` is scraped for selection."""
     model_name: str | None = None
     """Served model name, when known (cluster mode); only used in messages."""
+    prefill_tokens_per_s: float | None = None
+    """Declared prompt tokens/s of one replica of the first pool (``profile.
+    prefillTokensPerS``): a floor of every prompt's least TTFT from the first request."""
 
     def class_named(self, name: str) -> ClassConfig | None:
         for klass in self.classes:
@@ -95,11 +106,18 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
     """
     spec = isvc.spec
     router = spec.router
+    policy = compute_policy_config(isvc)
     declared = tuple(
-        ClassConfig(name=c.name, priority=c.priority, max_inflight=c.max_inflight)
+        ClassConfig(
+            name=c.name,
+            priority=c.priority,
+            max_inflight=c.max_inflight,
+            targets=policy.class_targets.get(c.name, policy.targets),
+        )
         for c in spec.qos.priority_classes
     )
-    classes = declared or (ClassConfig(DEFAULT_CLASS),)
+    classes = declared or (ClassConfig(DEFAULT_CLASS, targets=policy.targets),)
+    first = policy.pools.get("prefill") or policy.pools.get("pool")
     default = spec.qos.default_class or classes[0].name
     return replace(
         base or RouterConfig(),
@@ -118,14 +136,16 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
         send_priority=spec.engine.scheduling_policy == "priority",
         short_prompt_tokens=router.short_prompt_tokens,
         model_name=spec.model.name,
+        prefill_tokens_per_s=first.prefill_tokens_per_s if first else None,
     )
 
 
 def parse_class_flag(text: str) -> ClassConfig:
     """``NAME[:PRIORITY[:MAX_INFLIGHT]]`` (the ``--class`` flag) as a class.
 
-    >>> parse_class_flag("batch:10:64")
-    ClassConfig(name='batch', priority=10, max_inflight=64)
+    >>> klass = parse_class_flag("batch:10:64")
+    >>> klass.name, klass.priority, klass.max_inflight
+    ('batch', 10, 64)
     """
     parts = text.split(":")
     if not parts[0] or len(parts) > 3:

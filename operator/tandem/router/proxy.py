@@ -1,7 +1,8 @@
 """HTTP handlers: the OpenAI endpoints, ``/health`` and ``/metrics``. Does HTTP I/O.
 
 A generation request goes: class (header) → body size → admission → parse → prefill
-leg (disaggregated mode, unless the prompt is short) → decode leg, relayed. Every
+leg (disaggregated mode, unless the prompt is short or a decode engine absorbs it) →
+decode leg, relayed. Every
 outcome is counted once in ``tandem_router_requests_total{class,code}``.
 """
 
@@ -19,7 +20,7 @@ from tandem.router.classes import (
     UnknownClass,
     resolve_class,
 )
-from tandem.router.legs import Exchange, new_request_id, run_prefill
+from tandem.router.legs import Exchange, absorb, new_request_id, run_prefill
 from tandem.router.protocol import CHARS_PER_TOKEN, Kind, RequestError, parse_request
 from tandem.router.relay import run_generation
 from tandem.router.responses import error_response, passthrough_response
@@ -91,7 +92,10 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             arrival_s=arrival_s,
         )
         kv_params = None
-        if config.mode == "disaggregated" and parsed.prompt_tokens >= config.short_prompt_tokens:
+        prefill_leg = (
+            config.mode == "disaggregated" and parsed.prompt_tokens >= config.short_prompt_tokens
+        )
+        if prefill_leg and not absorb(ex):
             prefill = await run_prefill(ex)
             if isinstance(prefill, Passthrough):
                 code = prefill.status
