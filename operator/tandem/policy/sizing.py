@@ -255,7 +255,8 @@ def size_prefill(
         ),
         (n_latency, "latency", _latency_reason("ttft", latency)),
     ]
-    _, driver, reason = max(options)
+    # The first listed wins a tie: with no load at all, demand (0) says so, not latency.
+    _, driver, reason = max(options, key=lambda option: option[0])
     new_state = replace(
         state,
         demand_level=level,
@@ -366,7 +367,8 @@ def size_decode(
         ),
         (n_latency, "latency", _latency_reason("itl", LatencyRatio(ratio, measured, target, mean))),
     ]
-    _, driver, reason = max(options)
+    # The first listed wins a tie: with no load at all, demand (0) says so, not latency.
+    _, driver, reason = max(options, key=lambda option: option[0])
     capacity_seqs = max(pool.ready, 1) * max_batch
     return Sizing(
         replicas=n,

@@ -281,15 +281,16 @@ def pick_absorber(
     50 ms target, nothing absorbed: stall 0.08 s <= 0.1 s, first token in about 0.08 s:
     absorbed; it absorbs again 0.4 s later at the earliest.
     """
-    if not tokens_per_s or not ttft_target_s or not itl_target_s:
-        return None
-    stall_s = prompt_tokens / tokens_per_s
-    if stall_s > ABSORB_MAX_STALL_ITL * itl_target_s:
-        return None
-    pool = [e for e in prefill if e.healthy(now_s)]
-    waits = [compute_prefill_wait_s(e, mean_prompt_tokens, tokens_per_s) for e in pool]
-    via_prefill_s = min(waits, default=0.0) + stall_s
-    if not pool or via_prefill_s <= ttft_target_s:
+    via_prefill_s = compute_prefill_overrun_s(
+        prefill,
+        prompt_tokens=prompt_tokens,
+        now_s=now_s,
+        mean_prompt_tokens=mean_prompt_tokens,
+        tokens_per_s=tokens_per_s,
+        ttft_target_s=ttft_target_s,
+        itl_target_s=itl_target_s,
+    )
+    if via_prefill_s is None or not tokens_per_s or not itl_target_s:
         return None
     fit = [
         e
@@ -303,6 +304,32 @@ def pick_absorber(
     if not fit:
         return None
     return min(fit, key=compute_decode_score)
+
+
+def compute_prefill_overrun_s(
+    prefill: Sequence[Endpoint],
+    *,
+    prompt_tokens: int,
+    now_s: float,
+    mean_prompt_tokens: float,
+    tokens_per_s: float | None,
+    ttft_target_s: float | None,
+    itl_target_s: float | None,
+) -> float | None:
+    """The expected first token through the prefill pool (its least expected wait plus the
+    prompt's own prefill), when it passes the TTFT target and the prompt is short enough
+    for a decode engine to absorb (``None`` otherwise: no decode engine need be looked at).
+    """
+    if not tokens_per_s or not ttft_target_s or not itl_target_s:
+        return None
+    stall_s = prompt_tokens / tokens_per_s
+    if stall_s > ABSORB_MAX_STALL_ITL * itl_target_s:
+        return None
+    pool = [e for e in prefill if e.healthy(now_s)]
+    if not pool:
+        return None
+    wait_s = min(compute_prefill_wait_s(e, mean_prompt_tokens, tokens_per_s) for e in pool)
+    return wait_s + stall_s if wait_s + stall_s > ttft_target_s else None
 
 
 def compute_absorb_free_at_s(now_s: float, prompt_tokens: int, tokens_per_s: float) -> float:

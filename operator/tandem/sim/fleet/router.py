@@ -8,8 +8,12 @@ and engine gauges refreshed at its scrape interval (1 s). Admission bounds in-fl
 requests by ``maxInflight`` x router replicas, modelled as one logical router.
 
 The router's histograms (TTFT and inter-token latency per priority class, requests by
-class and status code) are what the operator prefers as latency signals; the
-simulator samples them into the same :class:`~tandem.observe.parse.RouterSample`.
+class and status code, and its feasibility accounting: the least latencies learned by
+:class:`~tandem.policy.feasibility.LeastLatency`, the requests counted infeasible and
+the queueing ratio of the others) are what the operator prefers as latency signals; the
+simulator samples them into the same :class:`~tandem.observe.parse.RouterSample`. When
+the prefill pool's wait would overrun a prompt's target, the real router's
+:func:`~tandem.router.selection.pick_absorber` may send it whole to a decode pod.
 """
 
 from __future__ import annotations
@@ -20,32 +24,68 @@ from collections.abc import Sequence
 
 from tandem.api.vocab import PoolRole
 from tandem.observe.parse import ClassSample, RouterSample
+from tandem.policy.feasibility import LeastLatency
 from tandem.router.pools import PromptSizes
-from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
-from tandem.sim.fleet.histogram import ROUTER_ITL_BUCKETS_S, ROUTER_TTFT_BUCKETS_S, BucketCounter
+from tandem.router.selection import (
+    Endpoint,
+    pick_absorber,
+    pick_decode,
+    pick_pool,
+    pick_prefill,
+)
+from tandem.sim.fleet.histogram import (
+    ROUTER_ITL_BUCKETS_S,
+    ROUTER_RATIO_BUCKETS,
+    ROUTER_TTFT_BUCKETS_S,
+    BucketCounter,
+)
 from tandem.sim.fleet.pod import Pod
 
 
 class ClassCounters:
     """One priority class's router histograms and request counts."""
 
-    __slots__ = ("codes", "itl", "ttft")
+    __slots__ = (
+        "absorbed",
+        "absorbed_tokens",
+        "codes",
+        "infeasible",
+        "itl",
+        "queueing",
+        "target_ratio",
+        "ttft",
+    )
 
     def __init__(self) -> None:
         self.ttft = BucketCounter(ROUTER_TTFT_BUCKETS_S)
         self.itl = BucketCounter(ROUTER_ITL_BUCKETS_S)
+        self.queueing = BucketCounter(ROUTER_RATIO_BUCKETS)
+        """Queueing ratio of requests that could meet their TTFT target."""
+        self.target_ratio = BucketCounter(ROUTER_RATIO_BUCKETS)
         self.codes: Counter[str] = Counter()
         """HTTP status code -> requests answered."""
+        self.infeasible: Counter[str] = Counter()
+        """Reason -> requests no pool size could serve within target."""
+        self.absorbed = 0
+        self.absorbed_tokens = 0
 
 
 class SimRouter:
     """One logical router in front of the pools."""
 
-    def __init__(self, max_inflight: int, seed: int, classes: Sequence[str]) -> None:
+    def __init__(
+        self,
+        max_inflight: int,
+        seed: int,
+        classes: Sequence[str],
+        prefill_tokens_per_s: float | None = None,
+    ) -> None:
         self.max_inflight = max_inflight
         self.inflight = 0
         self.rng = random.Random(seed)
         self.prompt_sizes = PromptSizes()
+        self.least = LeastLatency(declared_tokens_per_s=prefill_tokens_per_s)
+        """The least TTFT and ITL, learned as the router learns them."""
         self.pools: dict[PoolRole, list[Pod]] = {"prefill": [], "decode": [], "pool": []}
         """Serving pods by role, in the order they became ready."""
         self.classes = {name: ClassCounters() for name in classes}
@@ -92,6 +132,24 @@ class SimRouter:
             )
         return None if chosen is None else self._by_url[chosen.url]
 
+    def choose_absorber(
+        self, prompt_tokens: int, now_s: float, ttft_target_s: float | None, itl_s: float | None
+    ) -> Pod | None:
+        """The decode pod the real router's :func:`pick_absorber` gives this prompt, or
+        ``None`` to prefill it on the prefill pool. The caller has brought decode pods
+        up to ``now_s`` (their recent token gaps)."""
+        chosen = pick_absorber(
+            [p.endpoint for p in self.pools["prefill"]],
+            [p.endpoint for p in self.pools["decode"]],
+            prompt_tokens=prompt_tokens,
+            now_s=now_s,
+            mean_prompt_tokens=self.prompt_sizes.mean_tokens,
+            tokens_per_s=self.least.prefill_tokens_per_s(now_s),
+            ttft_target_s=ttft_target_s,
+            itl_target_s=itl_s,
+        )
+        return None if chosen is None else self._by_url[chosen.url]
+
     def refresh(self) -> None:
         """The router's periodic scrape of every serving engine's gauges."""
         for members in self.pools.values():
@@ -108,7 +166,13 @@ class SimRouter:
             at_s=at_s,
             classes={
                 name: ClassSample(
-                    ttft=c.ttft.histogram(), itl=c.itl.histogram(), requests_by_code=dict(c.codes)
+                    ttft=c.ttft.histogram(),
+                    itl=c.itl.histogram(),
+                    requests_by_code=dict(c.codes),
+                    queueing=c.queueing.histogram(),
+                    infeasible_by_reason=dict(c.infeasible),
+                    absorbed_requests=float(c.absorbed),
+                    absorbed_prompt_tokens=float(c.absorbed_tokens),
                 )
                 for name, c in self.classes.items()
             },
