@@ -402,7 +402,11 @@ def test_the_window_s_requests_are_kept_in_status() -> None:
         absorbed_requests_per_s=2.0,
         absorbed_prompt_tokens_per_s=3_000.0,
     )
-    state, _ = run([obs])
+    state, (d,) = run([obs])
+    # and in the signals the operator exports (tandem_autoscaler_signal)
+    assert d.pools["prefill"].signals["infeasible_per_s"] == 2.0
+    assert d.pools["prefill"].signals["absorbed_prompt_tokens_per_s"] == 3_000.0
+    assert d.pools["decode"].signals["infeasible_per_s"] == pytest.approx(0.2)
     tally = state.to_dict()["requests"]
     assert tally == {
         "window_s": 15.0,

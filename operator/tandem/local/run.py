@@ -199,7 +199,18 @@ def _render(
     for name, lat in obs.latency_by_class.items():
         ttft = lat.ttft_s.get(qos.ttft.percentile)
         itl = lat.itl_s.get(qos.itl.percentile)
-        lines.append(f"latency[{name}]: TTFT {_fmt(ttft)}  ITL {_fmt(itl)}  ({lat.source})")
+        infeasible = "".join(
+            f"  {n:g} infeasible ({reason})"
+            for reason, n in sorted(lat.infeasible_requests.items())
+        )
+        lines.append(
+            f"latency[{name}]: TTFT {_fmt(ttft)}  ITL {_fmt(itl)}  ({lat.source}){infeasible}"
+        )
+    if obs.absorbed_requests_per_s:
+        lines.append(
+            f"absorbed by decode engines: {obs.absorbed_requests_per_s:.2g} req/s, "
+            f"{obs.absorbed_prompt_tokens_per_s:.3g} prompt tok/s"
+        )
     lines += [f"decision: {d.reason}" for d in decision.pools.values()]
     if out.isatty():
         out.write("\x1b[H\x1b[2J")

@@ -185,6 +185,15 @@ def _latency_reason(signal: str, latency: LatencyRatio) -> str:
     return f"{name} {latency.measured_s or 0:.3g}s over target {latency.target_s or 0:.3g}s"
 
 
+def compute_infeasible_per_s(obs: Observation, reason: str) -> float:
+    """Requests/s of the window the router found no pool size could serve within target
+    for ``reason`` (``ttft``: the prefill pool's signal; ``itl``: the decode pool's)."""
+    if obs.window_s <= 0:
+        return 0.0
+    total = sum(lat.infeasible_requests.get(reason, 0.0) for lat in obs.latency_by_class.values())
+    return total / obs.window_s
+
+
 def compute_prompt_demand(
     obs: Observation, pool: PoolObservation, backlog_tokens: float, state: PoolState
 ) -> float:
@@ -279,6 +288,8 @@ def size_prefill(
             "latency_measured_s": latency.measured_s or 0.0,
             "latency_target_s": latency.target_s or 0.0,
             "queueing_ratio": latency.ratio if latency.queueing and latency.ratio else 0.0,
+            "absorbed_prompt_tokens_per_s": obs.absorbed_prompt_tokens_per_s,
+            "infeasible_per_s": compute_infeasible_per_s(obs, "ttft"),
         },
         panic=demand + backlog_tokens / budget_s > config.panic_threshold * current_capacity,
     )
@@ -390,6 +401,7 @@ def size_decode(
             "utilization": max(pool.kv_usage, concurrency / capacity_seqs),
             "latency_measured_s": measured or 0.0,
             "latency_target_s": target or 0.0,
+            "infeasible_per_s": compute_infeasible_per_s(obs, "itl"),
         },
         panic=concurrency > config.panic_threshold * capacity_seqs
         or kv_demand > config.panic_threshold * max(pool.ready, 1) * kv_cap,
