@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.router.selection import (
-    ABSORB_DUTY,
     ABSORB_GAP_SHARE,
     ABSORB_MAX_STALL_ITL,
     EJECT_MAX_S,
@@ -276,7 +275,20 @@ def absorber(prefill: list[Endpoint], decode: list[Endpoint], prompt: int = 2_00
 def test_a_burst_the_prefill_pool_cannot_take_in_time_goes_to_the_least_loaded_decode() -> None:
     prefill, decode = absorb_case()
     assert absorber(prefill, decode) is decode[1]
-    assert compute_absorb_free_at_s(0.0, 2_000, 25_000.0) == pytest.approx(0.08 / ABSORB_DUTY)
+
+
+def test_an_engine_with_streams_absorbs_again_after_enough_of_their_steps() -> None:
+    _, (busy, idle) = absorb_case()
+    # p90: absorbed prefills take at most half the tenth of gaps that may be slow, so one
+    # stalled step in twenty: the stall, then 19 steps of 15 ms.
+    assert compute_absorb_free_at_s(busy, 0.0, 2_000, 25_000.0, 90) == pytest.approx(
+        0.08 + 19 * 0.015
+    )
+    assert compute_absorb_free_at_s(busy, 0.0, 2_000, 25_000.0, 99) == pytest.approx(
+        0.08 + 199 * 0.015
+    )
+    # no streams to stall: free at once (its own absorbed prompts queue in order)
+    assert compute_absorb_free_at_s(idle, 5.0, 2_000, 25_000.0, 90) == 5.0
 
 
 def test_no_absorption_while_the_prefill_pool_keeps_the_target() -> None:
@@ -293,8 +305,9 @@ def test_no_absorption_of_a_prompt_that_would_stall_the_streams_long() -> None:
 
 def test_no_absorption_on_an_engine_near_its_itl_target() -> None:
     prefill, decode = absorb_case(gap_s=ABSORB_GAP_SHARE * 0.05 * 1.1)
+    decode[1].outstanding_requests = 3
     assert absorber(prefill, decode) is None
-    decode[1].recent_gap_s = None  # no stream yet: nothing to stall
+    decode[1].outstanding_requests = 0  # its streams ended: nothing left to stall
     assert absorber(prefill, decode) is decode[1]
 
 

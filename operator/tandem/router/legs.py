@@ -154,7 +154,9 @@ def absorb(ex: Exchange) -> bool:
     )
     if chosen is None or rate is None:
         return False
-    chosen.absorb_free_at_s = compute_absorb_free_at_s(now_s, prompt, rate)
+    chosen.absorb_free_at_s = compute_absorb_free_at_s(
+        chosen, now_s, prompt, rate, targets.itl_percentile
+    )
     ex.absorber = chosen
     ex.class_metrics.absorbed.inc()
     ex.class_metrics.absorbed_tokens.inc(prompt)

@@ -19,7 +19,8 @@ would take a prompt past its TTFT target and a decode engine has inter-token sla
 router sends the whole request to that decode engine, which prefills it itself (no
 ``kv_transfer_params``: vLLM prefills locally), as a mixed pool does in Splitwise. Its
 streams pay one longer step for it, so the engine must be well inside its ITL target,
-the stall short, and its absorptions spaced (:data:`ABSORB_DUTY`).
+the stall short, and its absorptions spaced by its streams' steps
+(:data:`ABSORB_SLOW_GAP_SHARE`).
 
 Nothing here does I/O or reads a clock: callers pass ``now_s`` and a ``random.Random``.
 """
@@ -27,6 +28,7 @@ Nothing here does I/O or reads a clock: callers pass ``now_s`` and a ``random.Ra
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,10 +52,11 @@ ABSORB_GAP_SHARE = 0.5
 #: The longest prefill a decode engine absorbs, in ITL targets: the step its streams
 #: wait for it (about the prompt over the prefill rate) stays this short.
 ABSORB_MAX_STALL_ITL = 2.0
-#: The most of its time a decode engine spends on absorbed prefills: after one of
-#: ``stall`` seconds, it absorbs again only ``stall / ABSORB_DUTY`` seconds later. Its
-#: streams' mean gap grows by at most 1 / (1 - duty): 25 % at 0.2.
-ABSORB_DUTY = 0.2
+#: Of the token gaps the ITL target's percentile lets be slow (a tenth for p90), the
+#: share absorbed prefills may take: a decode engine with streams absorbs again only
+#: after as many of their steps (p90: 19 after each stalled one), so the percentile
+#: stays the streams' own.
+ABSORB_SLOW_GAP_SHARE = 0.5
 #: Weight of each new token gap in a decode engine's recent mean gap.
 GAP_EWMA_WEIGHT = 0.05
 
@@ -114,6 +117,12 @@ class Endpoint:
     def foreign(self, scraped: float | None) -> float:
         """Requests in a scraped count that other routers sent (never negative)."""
         return max(0.0, (scraped or 0.0) - self.requests_at_scrape)
+
+    @property
+    def streaming(self) -> bool:
+        """Decode engines: whether it has sequences whose tokens an absorbed prefill would
+        hold up (this router's outstanding requests, or running ones at the last scrape)."""
+        return self.outstanding_requests > 0 or bool(self.scraped_running)
 
     def record_gap(self, gap_s: float) -> None:
         """A token gap of a stream from this engine."""
@@ -274,12 +283,13 @@ def pick_absorber(
     :data:`ABSORB_GAP_SHARE` of the ITL target, is free to absorb (:data:`ABSORB_DUTY`)
     and would give the first token sooner (its own absorbed prompts ahead of this one),
     for a prompt whose prefill stalls its streams at most :data:`ABSORB_MAX_STALL_ITL`
-    ITL targets. Of those, the least loaded.
+    ITL targets. Of those, the least loaded. An engine without streams has none to
+    stall: only its own absorbed prompts ahead of this one count.
 
     Worked example: prefill engines 30k and 45k tokens behind at 25k tok/s, a 2,000-token
     prompt, target 1 s: 1.2 + 0.08 s > 1 s. A decode engine at 15 ms a token under a
-    50 ms target, nothing absorbed: stall 0.08 s <= 0.1 s, first token in about 0.08 s:
-    absorbed; it absorbs again 0.4 s later at the earliest.
+    50 ms target (p90), nothing absorbed: stall 0.08 s <= 0.1 s, first token in about
+    0.08 s: absorbed; it absorbs again 0.08 + 19 x 0.015 = 0.365 s later at the earliest.
     """
     via_prefill_s = compute_prefill_overrun_s(
         prefill,
@@ -298,7 +308,11 @@ def pick_absorber(
         if e.healthy(now_s)
         and now_s >= e.absorb_free_at_s
         and not e.scraped_waiting
-        and (e.recent_gap_s is None or e.recent_gap_s <= ABSORB_GAP_SHARE * itl_target_s)
+        and (
+            not e.streaming
+            or e.recent_gap_s is None
+            or e.recent_gap_s <= ABSORB_GAP_SHARE * itl_target_s
+        )
         and (e.absorbed_prompt_tokens + prompt_tokens) / tokens_per_s < via_prefill_s
     ]
     if not fit:
@@ -332,13 +346,23 @@ def compute_prefill_overrun_s(
     return wait_s + stall_s if wait_s + stall_s > ttft_target_s else None
 
 
-def compute_absorb_free_at_s(now_s: float, prompt_tokens: int, tokens_per_s: float) -> float:
-    """When a decode engine that absorbs this prompt now may absorb the next.
+def compute_absorb_free_at_s(
+    endpoint: Endpoint, now_s: float, prompt_tokens: int, tokens_per_s: float, itl_percentile: int
+) -> float:
+    """When a decode engine that absorbs this prompt now may absorb the next: after the
+    prompt's prefill and as many of its streams' steps as keep absorbed prefills to
+    :data:`ABSORB_SLOW_GAP_SHARE` of the gaps the ITL percentile lets be slow. At once
+    when it has no streams to stall.
 
-    >>> compute_absorb_free_at_s(10.0, 2_000, 25_000.0)
-    10.4
+    >>> e = Endpoint("http://d", "decode", outstanding_requests=30, recent_gap_s=0.015)
+    >>> round(compute_absorb_free_at_s(e, 10.0, 2_000, 25_000.0, 90), 3)
+    10.365
     """
-    return now_s + prompt_tokens / tokens_per_s / ABSORB_DUTY
+    if not endpoint.streaming or endpoint.recent_gap_s is None:
+        return now_s
+    slow = (1.0 - itl_percentile / 100.0) * ABSORB_SLOW_GAP_SHARE
+    steps = max(math.ceil(1.0 / slow - 1e-9) - 1, 0) if slow > 0 else 0
+    return now_s + prompt_tokens / tokens_per_s + steps * endpoint.recent_gap_s
 
 
 def pick_decode(

@@ -123,7 +123,9 @@ class Flow:
         events.extend(self.catchup.all(now, ("decode",)))
         pod = router.choose_absorber(prompt, now, ttft_target, self.targets.itl_s)
         if pod is not None:
-            pod.endpoint.absorb_free_at_s = compute_absorb_free_at_s(now, prompt, rate)
+            pod.endpoint.absorb_free_at_s = compute_absorb_free_at_s(
+                pod.endpoint, now, prompt, rate, self.targets.itl_percentile
+            )
             self.counters.absorbed += 1
             self.counters.absorbed_tokens += prompt
         return pod
