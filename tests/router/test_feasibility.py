@@ -11,6 +11,7 @@ from openai import AsyncOpenAI
 
 from tandem.observe.parse import parse_router_sample
 from tandem.policy.config import LatencyTargets
+from tandem.policy.feasibility import MIN_TPOT_SAMPLES
 from tandem.router.config import ClassConfig, RouterConfig
 from tandem.router.protocol import parse_request
 from tests.router.conftest import MODEL, Factory, RouterHandle, metric_value
@@ -129,3 +130,21 @@ async def test_no_targets_no_verdicts_and_no_absorption(pd_router: Factory) -> N
     assert metric_value(text, "tandem_router_ttft_queueing_ratio_count") == 0
     assert metric_value(text, "tandem_router_absorbed_requests_total") == 0
     assert (await prefill.stats())["engine"]["prompt_tokens_total"] == 100
+
+
+async def test_an_itl_target_below_every_request_s_pace_is_found_infeasible(
+    pd_router: Factory,
+) -> None:
+    """The least ITL is learned from each streamed answer's mean gap between token events;
+    once enough answers were seen, a 1 ms target no engine meets is infeasible."""
+    fast = LatencyTargets(10.0, 90, 0.001, 90)
+    handle = await pd_router(config(fast), prefill=["prefill"], decode=["decode"])
+    for _ in range(MIN_TPOT_SAMPLES):
+        assert await stream(handle, 20, max_tokens=5)
+    least_itl = handle.router.least.least_itl_s(0.0)
+    assert least_itl > 0.001
+    assert metric_value(await handle.metrics(), "tandem_router_requests_infeasible_total") == 0
+    assert await stream(handle, 20, max_tokens=5)
+    text = await handle.metrics()
+    assert metric_value(text, "tandem_router_requests_infeasible_total", reason="itl") == 1
+    assert metric_value(text, "tandem_router_requests_infeasible_total", reason="ttft") == 0
