@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import (
@@ -38,11 +38,17 @@ from tandem.policy.config import (
     PRIOR_OUTPUT_TOKENS,
     PRIOR_PREFILL_TOKENS_PER_S_PER_GPU,
     PRIOR_PROMPT_TOKENS,
-    LatencyTargets,
     PolicyConfig,
     PoolConfig,
 )
 from tandem.policy.fmt import human
+from tandem.policy.latency import (
+    LatencyRatio,
+    compute_infeasible_per_s,
+    compute_latency_floor,
+    compute_latency_ratio,
+    format_latency_reason,
+)
 from tandem.policy.learn import (
     StepFit,
     compute_batch_at_itl,
@@ -56,8 +62,6 @@ from tandem.policy.types import Driver
 #: Holt smoothing factors for the demand level and its trend (per tick).
 LEVEL_ALPHA = 0.5
 TREND_BETA = 0.02
-#: The most a latency correction multiplies the ready replicas by in one tick.
-MAX_LATENCY_CORRECTION = 2.0
 
 
 @dataclass(frozen=True)
@@ -103,95 +107,6 @@ def compute_forecast(level: float, trend: float, config: PolicyConfig) -> float:
     the backlog and latency terms instead.
     """
     return max(level + max(trend, 0.0) * config.cold_start_s, 0.0)
-
-
-class LatencyRatio(NamedTuple):
-    """The latency signal a pool is sized on, from its strictest class."""
-
-    ratio: float | None
-    """Measured over target (1: exactly on target); ``None`` without a signal."""
-    measured_s: float | None
-    """The measured latency at the target's percentile."""
-    target_s: float | None
-    mean_s: float | None
-    """The window's mean latency."""
-    queueing: bool = False
-    """``ratio`` is the TTFT queueing ratio of feasible requests (:mod:`tandem.policy.feasibility`)
-    rather than TTFT over target."""
-
-
-def compute_latency_ratio(
-    obs: Observation,
-    pool: PoolObservation,
-    targets: LatencyTargets,
-    class_targets: dict[str, LatencyTargets],
-    signal: str,
-) -> LatencyRatio:
-    """The latency signal for ``signal`` (``ttft`` or ``itl``): measured / target at the
-    target's percentile, with the measured value and the window's mean.
-
-    The strictest class with traffic decides: the largest ratio over classes that had
-    requests in the window. Router measurements are preferred; the pool's own engine
-    histograms are the fallback. Requests no pool size could serve in time are left out:
-    for TTFT, a router that judges feasibility gives the queueing ratio of the feasible
-    requests (the share of their queueing budget they used: only delay more replicas
-    remove; :mod:`tandem.policy.feasibility`), and a class none of whose requests was
-    feasible has no signal; for ITL, a class whose requests the router found beyond the
-    least ITL it has seen has none either.
-    """
-    best = LatencyRatio(None, None, None, None)
-    sources = [(name, lat) for name, lat in obs.latency_by_class.items() if lat.requests > 0]
-    if not sources and pool.latency is not None:
-        sources = [("", pool.latency)]
-    for name, latency in sources:
-        t = class_targets.get(name, targets)
-        target = t.ttft_s if signal == "ttft" else t.itl_s
-        pct = t.ttft_percentile if signal == "ttft" else t.itl_percentile
-        values = latency.ttft_s if signal == "ttft" else latency.itl_s
-        measured = values.get(pct)
-        if target is None or target <= 0 or measured is None:
-            continue
-        mean = latency.ttft_mean_s if signal == "ttft" else latency.itl_mean_s
-        queueing = signal == "ttft" and latency.feasible_requests is not None
-        if queueing:
-            ratio = latency.queueing_ratio.get(pct)
-            if not latency.feasible_requests or ratio is None:
-                continue
-        elif signal == "itl" and latency.infeasible_requests.get("itl", 0.0) > 0:
-            continue
-        else:
-            ratio = measured / target
-        if best.ratio is None or ratio > best.ratio:
-            best = LatencyRatio(ratio, measured, target, mean, queueing)
-    return best
-
-
-def _latency_floor(pool: PoolObservation, ratio: float | None) -> float:
-    """Replicas the measured latency asks for; pods still starting count as capacity
-    on its way, so while any are starting the correction never asks for more."""
-    if ratio is None or ratio <= 1.0 or pool.ready == 0 or pool.replicas > pool.ready:
-        return 0.0
-    return pool.ready * min(ratio, MAX_LATENCY_CORRECTION)
-
-
-def _latency_reason(signal: str, latency: LatencyRatio) -> str:
-    if latency.queueing:
-        return (
-            f"TTFT queueing at {latency.ratio or 0:.3g}x the budget of requests that can "
-            f"meet their target (TTFT {latency.measured_s or 0:.3g}s, target "
-            f"{latency.target_s or 0:.3g}s)"
-        )
-    name = "TTFT" if signal == "ttft" else "ITL"
-    return f"{name} {latency.measured_s or 0:.3g}s over target {latency.target_s or 0:.3g}s"
-
-
-def compute_infeasible_per_s(obs: Observation, reason: str) -> float:
-    """Requests/s of the window the router found no pool size could serve within target
-    for ``reason`` (``ttft``: the prefill pool's signal; ``itl``: the decode pool's)."""
-    if obs.window_s <= 0:
-        return 0.0
-    total = sum(lat.infeasible_requests.get(reason, 0.0) for lat in obs.latency_by_class.values())
-    return total / obs.window_s
 
 
 def compute_prompt_demand(
@@ -247,7 +162,7 @@ def size_prefill(
     n_demand = forecast / (capacity * utilization)
     n_backlog = (demand + backlog_tokens / budget_s) / capacity
     latency = compute_latency_ratio(obs, pool, config.targets, dict(config.class_targets), "ttft")
-    n_latency = _latency_floor(pool, latency.ratio)
+    n_latency = compute_latency_floor(pool, latency.ratio)
     n = max(n_demand, n_backlog, n_latency)
     options: list[tuple[float, Driver, str]] = [
         (
@@ -262,7 +177,7 @@ def size_prefill(
             f"backlog {human(backlog_tokens)} prompt tokens to drain in "
             f"{budget_s:g}s at {human(capacity)} tok/s per replica",
         ),
-        (n_latency, "latency", _latency_reason("ttft", latency)),
+        (n_latency, "latency", format_latency_reason("ttft", latency)),
     ]
     # The first listed wins a tie: with no load at all, demand (0) says so, not latency.
     _, driver, reason = max(options, key=lambda option: option[0])
@@ -360,7 +275,7 @@ def size_decode(
     n_kv = kv_demand * growth / (kv_cap * config.kv_usage_target)
     # Queued sequences need a slot now, whatever the rate says.
     n_queue = concurrency / max_batch if pool.waiting_requests >= 1 else 0.0
-    n_latency = _latency_floor(pool, ratio)
+    n_latency = compute_latency_floor(pool, ratio)
     n = max(n_kv, n_rate, n_queue, n_latency)
     options: list[tuple[float, Driver, str]] = [
         (
@@ -376,7 +291,11 @@ def size_decode(
             f"{human(concurrency)} sequences ({human(pool.waiting_requests)} waiting) / batch "
             f"{human(max_batch)} within ITL",
         ),
-        (n_latency, "latency", _latency_reason("itl", LatencyRatio(ratio, measured, target, mean))),
+        (
+            n_latency,
+            "latency",
+            format_latency_reason("itl", LatencyRatio(ratio, measured, target, mean)),
+        ),
     ]
     # The first listed wins a tie: with no load at all, demand (0) says so, not latency.
     _, driver, reason = max(options, key=lambda option: option[0])

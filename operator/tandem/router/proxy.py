@@ -2,8 +2,8 @@
 
 A generation request goes: class (header) → body size → admission → parse → prefill
 leg (disaggregated mode, unless the prompt is short or a decode engine absorbs it) →
-decode leg, relayed. Every
-outcome is counted once in ``tandem_router_requests_total{class,code}``.
+decode leg, relayed. Every outcome is counted once in
+``tandem_router_requests_total{class,code}``.
 """
 
 from __future__ import annotations

@@ -28,8 +28,6 @@ from collections.abc import Sequence
 
 from tandem.api.vocab import PoolRole
 from tandem.engine.model import EngineRequest, IterationResult, RemoteKV
-from tandem.policy.feasibility import judge_request
-from tandem.router.selection import compute_absorb_free_at_s, compute_prefill_overrun_s
 from tandem.sim.fleet.catchup import CatchUp, can_be_lazy
 from tandem.sim.fleet.events import NewEvent
 from tandem.sim.fleet.pod import DRAINING, GONE, STARTING, Pod
@@ -103,32 +101,13 @@ class Flow:
         return events
 
     def _absorber(self, now: float, prompt: int, events: list[NewEvent]) -> Pod | None:
-        """A decode pod to prefill ``prompt`` itself (:func:`pick_absorber`), if the
-        prefill pool would serve it past its target; decode pods are caught up first
-        only then (their recent token gaps decide)."""
-        router = self.router
-        rate = router.least.prefill_tokens_per_s(now)
-        ttft_target = self.targets.ttft_for(prompt)
-        overrun = compute_prefill_overrun_s(
-            [p.endpoint for p in router.pools["prefill"]],
-            prompt_tokens=prompt,
-            now_s=now,
-            mean_prompt_tokens=router.prompt_sizes.mean_tokens,
-            tokens_per_s=rate,
-            ttft_target_s=ttft_target,
-            itl_target_s=self.targets.itl_s,
-        )
-        if overrun is None or rate is None:
+        """A decode pod to prefill ``prompt`` itself, if the prefill pool would serve it
+        past its target; decode pods are caught up first only then (their recent token
+        gaps decide)."""
+        if not self.router.prefill_overruns(prompt, now, self.targets):
             return None
         events.extend(self.catchup.all(now, ("decode",)))
-        pod = router.choose_absorber(prompt, now, ttft_target, self.targets.itl_s)
-        if pod is not None:
-            pod.endpoint.absorb_free_at_s = compute_absorb_free_at_s(
-                pod.endpoint, now, prompt, rate, self.targets.itl_percentile
-            )
-            self.counters.absorbed += 1
-            self.counters.absorbed_tokens += prompt
-        return pod
+        return self.router.choose_absorber(self.klass, prompt, now, self.targets)
 
     def dispatch(self, now: float, i: int, role: PoolRole) -> list[NewEvent]:
         """Send request ``i`` to a ``role`` pod, or hold it until one is ready."""
@@ -296,7 +275,14 @@ class Flow:
                 table.first_token_s[i] = now
                 counters.ttft.observe(now - table.arrival_s[i])
                 pod.ttft.observe(now - self.leg_start_s[i])
-                self._account_first_token(i, now)
+                self.router.record_first_token(
+                    self.klass,
+                    self.targets,
+                    table.prompt_tokens[i],
+                    now - table.arrival_s[i],
+                    now - table.dispatch_s[i],
+                    now,
+                )
                 if pod.role == "pool" or table.absorbed[i]:
                     pod.endpoint.outstanding_prompt_tokens -= table.prompt_tokens[i]
                 if table.absorbed[i]:
@@ -321,21 +307,6 @@ class Flow:
                 self._end(i, now, ABORTED, "500")
                 events.extend(self._release_prefill(now, i))
         return events
-
-    def _account_first_token(self, i: int, now: float) -> None:
-        """The real router's accounting at a first token (:mod:`tandem.router.relay`)."""
-        table, counters, least = self.table, self.counters, self.router.least
-        prompt = table.prompt_tokens[i]
-        verdict = judge_request(least, prompt, now - table.arrival_s[i], self.targets, now)
-        if verdict.ttft_infeasible:
-            counters.infeasible["ttft"] += 1
-        if verdict.itl_infeasible:
-            counters.infeasible["itl"] += 1
-        if verdict.queueing_ratio is not None:
-            counters.queueing.observe(verdict.queueing_ratio)
-        if verdict.target_ratio is not None:
-            counters.target_ratio.observe(verdict.target_ratio)
-        least.observe_service(prompt, now - table.dispatch_s[i], now)
 
     # -- KV hand-off, router waits, pods coming and going --------------------------------
 

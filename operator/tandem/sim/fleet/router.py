@@ -24,10 +24,13 @@ from collections.abc import Sequence
 
 from tandem.api.vocab import PoolRole
 from tandem.observe.parse import ClassSample, RouterSample
-from tandem.policy.feasibility import LeastLatency
+from tandem.policy.config import LatencyTargets
+from tandem.policy.feasibility import LeastLatency, judge_request
 from tandem.router.pools import PromptSizes
 from tandem.router.selection import (
     Endpoint,
+    compute_absorb_free_at_s,
+    compute_prefill_overrun_s,
     pick_absorber,
     pick_decode,
     pick_pool,
@@ -132,23 +135,71 @@ class SimRouter:
             )
         return None if chosen is None else self._by_url[chosen.url]
 
+    def prefill_overruns(self, prompt_tokens: int, now_s: float, targets: LatencyTargets) -> bool:
+        """Whether the prefill pool would serve this prompt past its TTFT target, for a
+        prompt short enough to absorb (:func:`compute_prefill_overrun_s`)."""
+        return (
+            compute_prefill_overrun_s(
+                [p.endpoint for p in self.pools["prefill"]],
+                prompt_tokens=prompt_tokens,
+                now_s=now_s,
+                mean_prompt_tokens=self.prompt_sizes.mean_tokens,
+                tokens_per_s=self.least.prefill_tokens_per_s(now_s),
+                ttft_target_s=targets.ttft_for(prompt_tokens),
+                itl_target_s=targets.itl_s,
+            )
+            is not None
+        )
+
     def choose_absorber(
-        self, prompt_tokens: int, now_s: float, ttft_target_s: float | None, itl_s: float | None
+        self, klass: str, prompt_tokens: int, now_s: float, targets: LatencyTargets
     ) -> Pod | None:
-        """The decode pod the real router's :func:`pick_absorber` gives this prompt, or
-        ``None`` to prefill it on the prefill pool. The caller has brought decode pods
-        up to ``now_s`` (their recent token gaps)."""
+        """The decode pod the real router's :func:`pick_absorber` gives this prompt, with
+        its absorption counted (``None``: prefill it on the prefill pool). The caller has
+        brought decode pods up to ``now_s`` (their recent token gaps)."""
+        rate = self.least.prefill_tokens_per_s(now_s)
         chosen = pick_absorber(
             [p.endpoint for p in self.pools["prefill"]],
             [p.endpoint for p in self.pools["decode"]],
             prompt_tokens=prompt_tokens,
             now_s=now_s,
             mean_prompt_tokens=self.prompt_sizes.mean_tokens,
-            tokens_per_s=self.least.prefill_tokens_per_s(now_s),
-            ttft_target_s=ttft_target_s,
-            itl_target_s=itl_s,
+            tokens_per_s=rate,
+            ttft_target_s=targets.ttft_for(prompt_tokens),
+            itl_target_s=targets.itl_s,
         )
-        return None if chosen is None else self._by_url[chosen.url]
+        if chosen is None or rate is None:
+            return None
+        chosen.absorb_free_at_s = compute_absorb_free_at_s(
+            chosen, now_s, prompt_tokens, rate, targets.itl_percentile
+        )
+        counters = self.classes[klass]
+        counters.absorbed += 1
+        counters.absorbed_tokens += prompt_tokens
+        return self._by_url[chosen.url]
+
+    def record_first_token(
+        self,
+        klass: str,
+        targets: LatencyTargets,
+        prompt_tokens: int,
+        ttft_s: float,
+        service_s: float,
+        now_s: float,
+    ) -> None:
+        """The real router's accounting at a first token (:mod:`tandem.router.relay`):
+        judge the request, count it, and learn from its service time."""
+        counters, least = self.classes[klass], self.least
+        verdict = judge_request(least, prompt_tokens, ttft_s, targets, now_s)
+        if verdict.ttft_infeasible:
+            counters.infeasible["ttft"] += 1
+        if verdict.itl_infeasible:
+            counters.infeasible["itl"] += 1
+        if verdict.queueing_ratio is not None:
+            counters.queueing.observe(verdict.queueing_ratio)
+        if verdict.target_ratio is not None:
+            counters.target_ratio.observe(verdict.target_ratio)
+        least.observe_service(prompt_tokens, service_s, now_s)
 
     def refresh(self) -> None:
         """The router's periodic scrape of every serving engine's gauges."""
