@@ -1,8 +1,8 @@
 """The simulated router: admission, endpoint choice, and the latency users feel. Pure.
 
 Endpoint choice is the real router's own code (:mod:`tandem.router.selection`:
-least outstanding prompt tokens for prefill, KV usage and outstanding sequences for
-decode, power of two choices) over :class:`~tandem.router.selection.Endpoint` objects
+the least expected wait, queued prompt tokens, for prefill; KV usage and outstanding
+sequences for decode, power of two choices) over :class:`~tandem.router.selection.Endpoint` objects
 kept up to date the way the router keeps them: exact outstanding counts per request,
 and engine gauges refreshed at its scrape interval (1 s). Admission bounds in-flight
 requests by ``maxInflight`` x router replicas, modelled as one logical router.
