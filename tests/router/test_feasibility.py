@@ -148,3 +148,17 @@ async def test_an_itl_target_below_every_request_s_pace_is_found_infeasible(
     text = await handle.metrics()
     assert metric_value(text, "tandem_router_requests_infeasible_total", reason="itl") == 1
     assert metric_value(text, "tandem_router_requests_infeasible_total", reason="ttft") == 0
+
+
+async def test_absorbing_can_be_turned_off(pd_router: Factory) -> None:
+    handle = await pd_router(
+        config(prefill_tokens_per_s=25_000.0, absorb_bursts=False),
+        prefill=["prefill"],
+        decode=["decode"],
+    )
+    prefill = handle.engines[0]
+    handle.router.pools["prefill"].endpoints[prefill.url].outstanding_prompt_tokens = 100_000
+    assert await stream(handle, 500)
+    handle.router.pools["prefill"].endpoints[prefill.url].outstanding_prompt_tokens = 0
+    assert metric_value(await handle.metrics(), "tandem_router_absorbed_requests_total") == 0
+    assert (await prefill.stats())["engine"]["prompt_tokens_total"] == 500

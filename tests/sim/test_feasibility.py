@@ -5,6 +5,7 @@ bursts absorbed by decode pods."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -102,3 +103,11 @@ def test_the_burst_is_absorbed_by_decode_pods(bursty: Scenario, bursty_runs: Run
     # The policy counted the absorbed prompts as prefill demand.
     seen = [t.observation for t in sim.ticks if t.observation is not None]
     assert any(o.absorbed_prompt_tokens_per_s > 0 for o in seen)
+
+
+def test_no_burst_is_absorbed_when_absorbing_is_off(bursty: Scenario) -> None:
+    plan = bursty.plan
+    off = replace(bursty, plan=replace(plan, router=replace(plan.router, absorb_bursts=False)))
+    result, sim = run_policy("tandem", off)
+    assert result.absorbed == 0 and not any(sim.table.absorbed)
+    assert sim.router.classes["default"].absorbed == 0

@@ -87,6 +87,10 @@ class RouterConfig:
     prefill_tokens_per_s: float | None = None
     """Declared prompt tokens/s of one replica of the first pool (``profile.
     prefillTokensPerS``): a floor of every prompt's least TTFT from the first request."""
+    absorb_bursts: bool = True
+    """Let decode engines prefill prompts the prefill pool would serve past their TTFT
+    target (:func:`~tandem.router.selection.pick_absorber`); off, every prompt waits for
+    the prefill pool. For comparisons (``bench/feasibility.py``)."""
 
     def class_named(self, name: str) -> ClassConfig | None:
         for klass in self.classes:

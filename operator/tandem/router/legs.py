@@ -138,6 +138,8 @@ def absorb(ex: Exchange) -> bool:
     """Whether a decode engine takes the whole request (:func:`pick_absorber`); if so it
     is reserved for the request's decode leg and the absorption counted."""
     router = ex.router
+    if not ex.config.absorb_bursts:
+        return False
     now_s = asyncio.get_running_loop().time()
     rate = router.least.prefill_tokens_per_s(now_s)
     targets = ex.klass.targets

@@ -62,6 +62,7 @@ class Flow:
         self.priority = plan.class_priority.get(self.klass, 0)
         self.counters = router.classes[self.klass]
         self.targets = plan.targets_for(self.klass)
+        self.absorbs = self.first_role == "prefill" and plan.router.absorb_bursts
         self.leg_start_s = [0.0] * len(table)
         """When each request was sent to the engine of its current leg."""
         self.waiting: dict[str, dict[int, float]] = {r: {} for r in ("prefill", "decode", "pool")}
@@ -93,7 +94,7 @@ class Flow:
         else:
             self.router.inflight += 1
             self.router.prompt_sizes.add(prompt)
-            absorber = self._absorber(now, prompt, events) if self.first_role == "prefill" else None
+            absorber = self._absorber(now, prompt, events) if self.absorbs else None
             if absorber is not None:
                 events.extend(self._send(now, i, absorber, absorbed=True))
             else:
