@@ -151,6 +151,36 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "exactly one",
     ),
     (
+        "per-token allowance without a unit",
+        with_path(BASE, "spec.qos.ttft", {"p90": "1s", "perPromptToken": "50"}),
+        "spec.qos.ttft.perPromptToken",
+        "us, ms, s, m or h",
+    ),
+    (
+        "per-token allowance over a second",
+        with_path(BASE, "spec.qos.ttft", {"p90": "1s", "perPromptToken": "2s"}),
+        "spec.qos.ttft.perPromptToken",
+        "less than or equal to 1",
+    ),
+    (
+        "per-token allowance without a percentile",
+        with_path(BASE, "spec.qos.ttft", {"perPromptToken": "50us"}),
+        "spec.qos.ttft",
+        "exactly one percentile",
+    ),
+    (
+        "per-token allowance on ITL",
+        with_path(BASE, "spec.qos.itl", {"p90": "50ms", "perPromptToken": "1us"}),
+        "spec.qos.itl.perPromptToken",
+        "unknown field",
+    ),
+    (
+        "microseconds where only ms, s, m, h are durations",
+        with_path(BASE, "spec.qos.ttft", {"p90": "500000us"}),
+        "spec.qos.ttft.p90",
+        "ms, s, m or h",
+    ),
+    (
         "duplicate class",
         with_path(BASE, "spec.qos.priorityClasses", [{"name": "a"}, {"name": "a"}]),
         "spec.qos.priorityClasses[1].name",
@@ -388,6 +418,20 @@ def test_a_local_model_folder_is_a_valid_uri() -> None:
     manifest = with_path(BASE, "spec.model.uri", "file:///home/me/models/tiny-llama")
     assert validate_manifest(manifest) == []
     assert load_inference_service(manifest).spec.model.uri.startswith("file:///")
+
+
+def test_a_ttft_target_may_grow_with_the_prompt() -> None:
+    manifest = with_path(BASE, "spec.qos.ttft", {"p90": "1s", "perPromptToken": "50us"})
+    manifest = with_path(
+        manifest, "spec.qos.priorityClasses", [{"name": "rag", "ttft": {"p99": "2s"}}]
+    )
+    isvc = load_inference_service(manifest)
+    ttft = isvc.spec.qos.ttft
+    assert (ttft.percentile, ttft.seconds, ttft.per_prompt_token_s) == (90, 1.0, 5e-05)
+    assert ttft.seconds_for(20_000) == 2.0
+    assert isvc.to_manifest()["spec"]["qos"]["ttft"] == {"p90": "1s", "perPromptToken": "50us"}
+    assert isvc.spec.qos.priority_classes[0].ttft is not None
+    assert isvc.spec.qos.priority_classes[0].ttft.per_prompt_token_s == 0.0
 
 
 def test_spec_error_message_lists_problems() -> None:

@@ -35,6 +35,7 @@ REQUIRED_ALERTS = {
     "TandemKVHandoffFailing",
     "TandemReconcileErrors",
     "TandemOperatorDown",
+    "TandemRequestsInfeasible",
 }
 #: Series names in PromQL: Tandem's, vLLM's (with colons), kube-state-metrics', up.
 METRIC_RE = re.compile(r"\b(tandem_[a-z_]+|vllm:[a-z_]+|kube_[a-z_]+|tandem:[a-z_:0-9]+)")
@@ -120,6 +121,30 @@ def test_the_unit_tests_would_catch_a_broken_alert(tmp_path: Path) -> None:
         [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert out.returncode != 0, "an alert on vllm:... colon names would miss vllm_... series"
+
+
+def test_the_unit_tests_would_catch_an_infeasible_alert_firing_too_early(tmp_path: Path) -> None:
+    """The infeasible alert fires beyond half the error budget: at a tenth of it, the
+    class that stays silent in the unit test (2% with a 10% budget) would fire."""
+    promtool = find_tool("promtool", PROMTOOL_HINT)
+    text = ALERTS.read_text()
+    broken = text.replace(
+        "(0.5 * (1 - label_replace(tandem:slo_objective",
+        "(0.1 * (1 - label_replace(tandem:slo_objective",
+    )
+    assert broken != text
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(broken)
+    tests = yaml.safe_load(UNIT_TESTS.read_text())
+    tests["rule_files"] = [str(rules)]
+    tests["tests"] = [t for t in tests["tests"] if t["name"] == "requests-infeasible"]
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    out = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode != 0, "an infeasible alert on 2% of a p90 class went unnoticed"
+    assert "TandemRequestsInfeasible" in out.stdout + out.stderr
 
 
 def test_required_alerts_exist() -> None:

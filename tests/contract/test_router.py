@@ -21,6 +21,7 @@ import aiohttp
 import openai
 import pytest
 
+from tandem.policy.config import LatencyTargets
 from tandem.router.config import ClassConfig, RouterConfig, Timeouts
 from tests.contract.conftest import _get
 from tests.contract.fleet import Engine, Fleet, Kind
@@ -321,5 +322,41 @@ async def test_a_non_streaming_answer_longer_than_the_first_token_timeout(
             answer = await resp.json()
         assert answer["usage"]["completion_tokens"] == 800
         assert metric_sum(await handle.metrics(), "tandem_router_retries_total") == 0
+    finally:
+        await handle.serving.stop()
+
+
+async def test_a_prompt_absorbed_by_the_decode_engine_is_prefilled_there(
+    pd: tuple[Engine, Engine],
+) -> None:
+    """When the prefill pool would serve a prompt past its TTFT target, the router sends
+    the request whole to a decode engine (no ``kv_transfer_params``), which prefills it
+    itself: a real ``kv_consumer`` vLLM engine does, and nothing moves over NIXL."""
+    prefill, decode = pd
+    targets = LatencyTargets(1.0, 90, 0.05, 90)
+    config = RouterConfig(
+        timeouts=Timeouts(connect_s=5.0, prefill_s=60.0, first_token_s=60.0, idle_stream_s=10.0),
+        classes=(ClassConfig("default", targets=targets),), scrape_interval_s=0.2,
+        prefix_affinity_tokens=0, prefill_tokens_per_s=25_000.0,
+    )  # fmt: skip
+    handle = await start_static_router(config, {"prefill": [prefill.url], "decode": [decode.url]})
+    try:
+        # Other routers' prompts queued on the prefill engine: 4 s of them at 25k tok/s.
+        handle.router.pools["prefill"].endpoints[prefill.url].outstanding_prompt_tokens = 100_000
+        before_decode, before_prefill = await by_source(decode), await by_source(prefill)
+        async with asyncio.timeout(BOUND_S):
+            answer = await client_for(handle).completions.create(
+                model=SERVED_NAME, prompt=unique("Prefill me yourself, decode engine."),
+                max_tokens=3,
+            )  # fmt: skip
+        assert answer.choices[0].finish_reason == "length" and answer.usage is not None
+        n = answer.usage.prompt_tokens
+        got = moved(await by_source(decode), before_decode)
+        assert got["local_compute"] == n and got["external_kv_transfer"] == 0, (n, got)
+        assert sum(moved(await by_source(prefill), before_prefill).values()) == 0
+        text = await handle.metrics()
+        assert metric_sum(text, "tandem_router_absorbed_requests_total") == 1
+        assert metric_sum(text, "tandem_router_retries_total") == 0
+        assert metric_sum(text, "tandem_router_requests_total", code="200") == 1
     finally:
         await handle.serving.stop()

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from tandem.control.tick import compute_deletion_costs, compute_tick
-from tandem.observe.types import PodObservation
+from tandem.observe.types import LatencyObservation, PodObservation
 from tests.policy.factories import decode_load, make_config, make_obs, make_pool, prefill_load
 
 NOW = "2026-01-01T00:00:00Z"
@@ -96,3 +96,24 @@ def test_a_router_that_did_not_answer_is_said_even_when_the_engines_did() -> Non
     tick = compute_tick(None, obs, make_config(), NOW)
     cond = next(c for c in tick.conditions if c.type == "MetricsAvailable")
     assert cond.status == "True" and "router pod r-0: HTTP 503" in cond.message
+
+
+def test_the_window_s_infeasible_and_absorbed_requests_go_to_status() -> None:
+    obs = make_obs(0, prefill_load(2, 8_000), decode_load(2, 10, 0.1))
+    obs = replace(
+        obs,
+        latency_by_class={
+            "docs": LatencyObservation(
+                ttft_s={90: 4.0},
+                requests=45.0,
+                queueing_ratio={90: 0.4},
+                feasible_requests=30.0,
+                infeasible_requests={"ttft": 15.0},
+            )
+        },
+        absorbed_requests_per_s=0.4,
+        absorbed_prompt_tokens_per_s=800.0,
+    )
+    requests = compute_tick(None, obs, make_config(), NOW).status["autoscaler"]["requests"]
+    assert requests["per_s"] == 3.0 and requests["infeasible_per_s"] == {"ttft": 1.0}
+    assert (requests["absorbed_per_s"], requests["absorbed_prompt_tokens_per_s"]) == (0.4, 800.0)

@@ -198,3 +198,49 @@ def test_engine_fallback_without_router_series() -> None:
     assert fallback.source == "engine" and fallback.requests == 4
     assert fallback.ttft_s[50] == pytest.approx(0.3)
     assert compute_observation(20, 10, {}, {}).latency_by_class == {}
+
+
+def test_the_router_s_feasibility_accounting_over_the_window() -> None:
+    ratio = (0.5, 1.0, 2.0)
+
+    def judged(*counts: float, ttft: float, itl: float, absorbed: float) -> ClassSample:
+        return ClassSample(
+            ttft=hist(*counts),
+            queueing=hist(*counts, bounds=ratio),
+            infeasible_by_reason={"ttft": ttft, "itl": itl},
+            absorbed_requests=absorbed,
+            absorbed_prompt_tokens=absorbed * 1000,
+        )
+
+    routers: dict[str, PodScrape[RouterSample]] = {
+        "r0": PodScrape(
+            current=router(20, gold=judged(4, 12, 14, ttft=7, itl=0, absorbed=5)),
+            previous=router(10, gold=judged(2, 4, 5, ttft=3, itl=0, absorbed=1)),
+        ),
+        "r1": PodScrape(  # restarted: its counters start again
+            current=router(20, gold=judged(1, 2, 2, ttft=1, itl=0, absorbed=2)),
+            previous=router(10, gold=judged(5, 5, 5, ttft=9, itl=0, absorbed=9)),
+        ),
+    }
+    obs = compute_observation(20, 10, {}, routers)
+    gold = obs.latency_by_class["gold"]
+    # queueing ratios: r0 added 2 at <= 0.5, 6 more at <= 1 and 1 at <= 2; r1 restarted
+    # and holds 1 and 1 more: 3 of 11 at <= 0.5, 10 at <= 1, so the median interpolates
+    # inside (0.5, 1]
+    assert gold.feasible_requests == 11
+    assert gold.queueing_ratio[50] == pytest.approx(0.5 + 0.5 * (5.5 - 3) / (10 - 3))
+    assert gold.infeasible_requests == {"ttft": 4 + 1}  # no itl: zero counts are left out
+    assert obs.absorbed_requests_per_s == pytest.approx((4 + 2) / 10)
+    assert obs.absorbed_prompt_tokens_per_s == pytest.approx((4 + 2) * 100)
+
+
+def test_a_router_without_the_accounting_leaves_it_unknown() -> None:
+    routers = {
+        "r0": PodScrape(
+            current=router(20, gold=gold(hist(2, 6, 6), {"200": 30})),
+            previous=router(10, gold=gold(hist(2, 2, 2), {"200": 10})),
+        )
+    }
+    gold_obs = compute_observation(20, 10, {}, routers).latency_by_class["gold"]
+    assert gold_obs.feasible_requests is None and gold_obs.queueing_ratio == {}
+    assert gold_obs.infeasible_requests == {}

@@ -90,6 +90,9 @@ def has_data(obs: Observation) -> bool:
         and 50 in gold.ttft_s
         and 50 in gold.itl_s
         and bool(gold.requests_per_s)
+        and 50 in gold.queueing_ratio
+        and bool(gold.infeasible_requests)
+        and obs.absorbed_prompt_tokens_per_s > 0
     )
 
 
@@ -113,6 +116,10 @@ async def test_prometheus_source_reads_what_the_pods_serve(
     def router_work() -> None:
         gold.ttft.observe(0.45)
         gold.itl.observe(0.03)
+        gold.queueing.observe(0.3)
+        gold.absorbed.inc()
+        gold.absorbed_tokens.inc(800)
+        router.infeasible.labels("gold", "ttft").inc()
         router.requests.labels("gold", "200").inc()
         router.requests.labels("gold", "503").inc()
 
@@ -180,6 +187,12 @@ async def test_prometheus_source_reads_what_the_pods_serve(
         assert gold_obs.itl_mean_s == pytest.approx(0.03)
         assert gold_obs.requests_per_s is not None and gold_obs.error_requests_per_s is not None
         assert gold_obs.error_requests_per_s / gold_obs.requests_per_s == pytest.approx(0.5)
+        # the feasibility accounting and the absorbed prompts, as the router exports them
+        assert gold_obs.queueing_ratio[50] == pytest.approx(0.25)  # inside (0.2, 0.3]
+        assert gold_obs.feasible_requests and gold_obs.feasible_requests > 0
+        assert set(gold_obs.infeasible_requests) == {"ttft"}
+        assert obs.absorbed_prompt_tokens_per_s / obs.absorbed_requests_per_s == pytest.approx(800)
+        assert not [q for q in obs.empty_queries if "infeasible" in q or "absorbed" in q]
 
         # both spellings are stored, and the queries found both
         names = await fetch_query(

@@ -81,6 +81,17 @@ def test_router_queries_group_by_class() -> None:
     assert queries["router", "requests_per_s"] == (
         f"sum by (class, code) (rate(tandem_router_requests_total{{{sel}}}[30s]))"
     )
+    assert queries["router", "queueing:99"] == (
+        "histogram_quantile(0.99, sum by (le, class) (rate("
+        f"tandem_router_ttft_queueing_ratio_bucket{{{sel}}}[30s])))"
+    )
+    assert queries["router", "infeasible"] == (
+        "sum by (class, reason) (increase("
+        f"tandem_router_requests_infeasible_total{{{sel}}}[30s])) or vector(0)"
+    )
+    assert queries["router", "absorbed_tokens_per_s"] == (
+        f"sum(rate(tandem_router_absorbed_prompt_tokens_total{{{sel}}}[30s])) or vector(0)"
+    )
     assert {key[0] for key in build_queries(TARGET, ["prefill", "decode"], 60)} == {
         "prefill",
         "decode",
@@ -135,6 +146,15 @@ def test_answers_become_an_observation_with_failures_and_empty_queries() -> None
             ({"class": "gold", "code": "502"}, 1.0),
         ],
         ("router", "itl:50"): PrometheusQueryError("no answer from http://prom within 5 s"),
+        ("router", "queueing:50"): [({"class": "gold"}, 0.7)],
+        ("router", "feasible_requests"): [({"class": "gold"}, 40.0)],
+        ("router", "infeasible"): [
+            ({"class": "gold", "reason": "ttft"}, 6.0),
+            ({"class": "gold", "reason": "itl"}, 0.0),
+            ({}, 0.0),  # the "or vector(0)" of a counter without series yet
+        ],
+        ("router", "absorbed_per_s"): [({}, 0.5)],
+        ("router", "absorbed_tokens_per_s"): [({}, 700.0)],
     }
     pools = {"decode": PoolSize(replicas=4, ready=4, pods=("d0", "d1", "d2", "d3"))}
     obs = compute_prometheus_observation(100, 60, pools, queries, results, percentiles=(50,))
@@ -149,7 +169,11 @@ def test_answers_become_an_observation_with_failures_and_empty_queries() -> None
     assert d.latency is not None and d.latency.itl_s == {50: 0.04} and d.latency.ttft_s == {}
     gold = obs.latency_by_class["gold"]
     assert gold.ttft_s == {50: 0.5} and gold.requests_per_s == 4 and gold.error_requests_per_s == 1
+    assert gold.queueing_ratio == {50: 0.7} and gold.feasible_requests == 40
+    assert gold.infeasible_requests == {"ttft": 6.0}
+    assert (obs.absorbed_requests_per_s, obs.absorbed_prompt_tokens_per_s) == (0.5, 700.0)
     assert obs.latency_by_class["bronze"].ttft_s == {}
+    assert obs.latency_by_class["bronze"].feasible_requests is None
     assert queries["decode", "preemptions_per_s"] in obs.empty_queries
     assert any("queries failed: no answer from http://prom" in e for e in obs.errors)
     assert any(e.startswith("decode: ") and "no series" in e for e in obs.errors)

@@ -329,3 +329,124 @@ def test_panic_holds_a_scale_down_and_says_so() -> None:
     state, _ = run([make_obs(0, prefill_load(8, 200_000), decode_load(2, 10, 0.1))])
     _, (d,) = run([make_obs(15, prefill_load(16, 1_000), decode_load(2, 10, 0.1))], state=state)
     assert d.pools["prefill"].desired == 16 and d.pools["prefill"].cause == "panic"
+
+
+# -- feasibility: the latency rule sizes on queueing of requests that can meet the target
+
+
+def _judged(ttft_s: float, queueing: float | None, feasible: float, **infeasible: float):  # type: ignore[no-untyped-def]
+    """Router latency with the feasibility accounting: 100 requests in the window."""
+    return LatencyObservation(
+        ttft_s={90: ttft_s},
+        itl_s={90: 0.02},
+        requests=100.0,
+        queueing_ratio={90: queueing} if queueing is not None else {},
+        feasible_requests=feasible,
+        infeasible_requests=infeasible,
+    )
+
+
+def test_queueing_over_the_budget_of_feasible_requests_adds_replicas() -> None:
+    obs = make_obs(0, prefill_load(4, 4_000), decode_load(2, 10, 0.1))
+    obs = replace(obs, latency_by_class={"default": _judged(1.2, 1.5, 90.0)})
+    _, (d,) = run([obs])
+    assert d.pools["prefill"].desired == 6 and d.pools["prefill"].driver == "latency"
+    assert "TTFT queueing at 1.5x the budget" in d.pools["prefill"].reason
+    assert d.pools["prefill"].signals["queueing_ratio"] == 1.5
+
+
+def test_service_time_over_target_adds_nothing() -> None:
+    """TTFT p90 of 6 s, but the requests that can meet 1 s waited within their budget:
+    the rest is prefill time that no replica count shortens."""
+    obs = make_obs(0, prefill_load(4, 4_000), decode_load(2, 10, 0.1))
+    obs = replace(obs, latency_by_class={"default": _judged(6.0, 0.6, 80.0, ttft=20.0)})
+    _, (d,) = run([obs])
+    assert d.pools["prefill"].desired == 4 and d.pools["prefill"].driver != "latency"
+
+
+def test_a_class_with_no_feasible_request_gives_no_latency_signal() -> None:
+    obs = make_obs(0, prefill_load(4, 4_000), decode_load(2, 10, 0.1))
+    obs = replace(obs, latency_by_class={"default": _judged(30.0, None, 0.0, ttft=100.0)})
+    _, (d,) = run([obs])
+    assert d.pools["prefill"].desired == 4
+
+
+def test_an_itl_target_below_the_least_itl_adds_no_decode_replicas() -> None:
+    slow = LatencyObservation(
+        itl_s={90: 0.2}, requests=50.0, infeasible_requests={"itl": 50.0}, feasible_requests=0.0
+    )
+    obs = replace(make_obs(0, prefill_load(2, 1_000), decode_load(4, 40, 0.2)))
+    _, (feasible,) = run(
+        [replace(obs, latency_by_class={"default": replace(slow, infeasible_requests={})})]
+    )
+    _, (infeasible,) = run([replace(obs, latency_by_class={"default": slow})])
+    assert feasible.pools["decode"].desired == 8  # 0.2 s against 0.05 s: doubled
+    assert infeasible.pools["decode"].desired == 4
+
+
+def test_absorbed_prompts_count_as_prefill_demand() -> None:
+    base = make_obs(0, prefill_load(2, 8_000), decode_load(2, 10, 0.1))
+    _, (plain,) = run([base])
+    _, (absorbed,) = run([replace(base, absorbed_prompt_tokens_per_s=40_000.0)])
+    # 8k tok/s over 0.8 x 10k: 1 replica; with 40k tok/s absorbed by decode: 6.
+    assert plain.pools["prefill"].desired == 2  # held by the scale-down window
+    assert absorbed.pools["prefill"].desired == 6
+    assert absorbed.pools["decode"].desired == plain.pools["decode"].desired
+
+
+def test_the_window_s_requests_are_kept_in_status() -> None:
+    obs = make_obs(0, prefill_load(4, 4_000), decode_load(2, 10, 0.1))
+    obs = replace(
+        obs,
+        latency_by_class={"default": _judged(2.0, 0.5, 60.0, ttft=30.0, itl=3.0)},
+        absorbed_requests_per_s=2.0,
+        absorbed_prompt_tokens_per_s=3_000.0,
+    )
+    state, (d,) = run([obs])
+    # and in the signals the operator exports (tandem_autoscaler_signal)
+    assert d.pools["prefill"].signals["infeasible_per_s"] == 2.0
+    assert d.pools["prefill"].signals["absorbed_prompt_tokens_per_s"] == 3_000.0
+    assert d.pools["decode"].signals["infeasible_per_s"] == pytest.approx(0.2)
+    tally = state.to_dict()["requests"]
+    assert tally == {
+        "window_s": 15.0,
+        "per_s": pytest.approx(100 / 15),
+        "infeasible_per_s": {"ttft": 2.0, "itl": 0.2},
+        "absorbed_per_s": 2.0,
+        "absorbed_prompt_tokens_per_s": 3_000.0,
+    }
+    assert PolicyState.from_dict(state.to_dict()) == state
+    assert PolicyState.from_dict({"pools": {}, "requests": "junk"}).requests.per_s == 0.0
+
+
+def _without_latency(obs):  # type: ignore[no-untyped-def]
+    return replace(obs, latency_by_class={})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(loads, st.floats(1.0, 120.0), st.floats(0, 500)), min_size=1, max_size=25),
+    st.integers(1, 16),
+)
+def test_an_all_infeasible_workload_is_sized_for_its_throughput_only(
+    series: list[tuple[tuple[float, float, float, float], float, float]], start: int
+) -> None:
+    """Whatever TTFT and ITL requests no pool size could serve in time report, every pool
+    gets exactly what the same load without any latency signal gets: never more."""
+    config = make_config()
+    judged, bare = PolicyState(), PolicyState()
+    n_pre = n_dec = start
+    for i, ((tok, wait, running, kv), ttft_s, count) in enumerate(series):
+        obs = make_obs(i * 15.0, prefill_load(n_pre, tok, wait), decode_load(n_dec, running, kv))
+        infeasible = LatencyObservation(
+            ttft_s={90: ttft_s},
+            itl_s={90: ttft_s / 10},
+            requests=count,
+            feasible_requests=0.0,
+            infeasible_requests={"ttft": count, "itl": count},
+        )
+        judged, d = decide(judged, replace(obs, latency_by_class={"default": infeasible}), config)
+        bare, want = decide(bare, _without_latency(obs), config)
+        for role in ("prefill", "decode"):
+            assert d.pools[role].desired == want.pools[role].desired, (i, role)
+        n_pre, n_dec = d.pools["prefill"].desired, d.pools["decode"].desired

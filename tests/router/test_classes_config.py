@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.api.validate import load_inference_service
+from tandem.policy.config import LatencyTargets
 from tandem.router.classes import (
     REASON_CLASS_MAX_INFLIGHT,
     REASON_MAX_INFLIGHT,
@@ -79,7 +80,11 @@ def test_config_from_an_inference_service() -> None:
         3.0, 40.0, 90.0,
     )  # fmt: skip
     assert config.max_connections_per_client == 50
-    assert config.classes == (ClassConfig("interactive", 0), ClassConfig("batch", 10, 8))
+    targets = LatencyTargets(1.0, 90, 0.05, 90)  # the service's qos: no per-class targets
+    assert config.classes == (
+        ClassConfig("interactive", 0, targets=targets),
+        ClassConfig("batch", 10, 8, targets=targets),
+    )
     assert config.default_class == "batch"
     assert config.send_priority is True
 
@@ -103,3 +108,23 @@ def test_class_flag() -> None:
     for bad in ("", ":1", "a:x", "a:1:0", "a:1:2:3"):
         with pytest.raises(ValueError):
             parse_class_flag(bad)
+
+
+def test_each_class_carries_its_targets_and_the_profile_its_rate() -> None:
+    manifest = make_manifest(
+        qos={
+            "ttft": {"p90": "1s", "perPromptToken": "50us"},
+            "itl": {"p90": "40ms"},
+            "priorityClasses": [
+                {"name": "interactive", "ttft": {"p90": "300ms"}},
+                {"name": "docs"},
+            ],
+        },
+    )
+    manifest["spec"]["prefill"]["profile"] = {"prefillTokensPerS": 28000}
+    config = build_router_config(load_inference_service(manifest))
+    interactive, docs = config.classes
+    assert interactive.targets == LatencyTargets(0.3, 90, 0.04, 90)
+    assert docs.targets == LatencyTargets(1.0, 90, 0.04, 90, ttft_per_prompt_token_s=5e-05)
+    assert docs.targets.ttft_for(20_000) == pytest.approx(2.0)
+    assert config.prefill_tokens_per_s == 28000

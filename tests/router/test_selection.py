@@ -5,15 +5,21 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.router.selection import (
+    ABSORB_GAP_SHARE,
+    ABSORB_MAX_STALL_ITL,
     EJECT_MAX_S,
     Endpoint,
+    compute_absorb_free_at_s,
     compute_affinity_order,
     compute_decode_score,
     compute_prefill_score,
+    compute_prefill_wait_s,
+    pick_absorber,
     pick_decode,
     pick_pool,
     pick_prefill,
@@ -51,6 +57,33 @@ def test_prefill_picks_least_outstanding_tokens_of_two() -> None:
     for seed in range(20):
         chosen = pick_prefill([a, b], now_s=0, rng=random.Random(seed), mean_prompt_tokens=500)
         assert chosen is b
+
+
+def test_a_short_prompt_never_queues_behind_a_long_one_while_a_shorter_queue_exists() -> None:
+    pool = make_endpoints(8)
+    pool[3].outstanding_prompt_tokens = 100_000  # a long prompt
+    for e in pool[:3] + pool[4:]:
+        e.outstanding_prompt_tokens = 2_000
+    pool[6].outstanding_prompt_tokens = 500
+    for seed in range(30):
+        rng = random.Random(seed)
+        assert pick_prefill(pool, now_s=0, rng=rng, mean_prompt_tokens=1000) is pool[6]
+
+
+def test_prefill_ties_are_broken_at_random() -> None:
+    pool = make_endpoints(4)
+    seen = set()
+    for seed in range(40):
+        chosen = pick_prefill(pool, now_s=0, rng=random.Random(seed), mean_prompt_tokens=1)
+        assert chosen is not None
+        seen.add(chosen.url)
+    assert seen == {e.url for e in pool}
+
+
+def test_expected_wait_is_queued_tokens_over_the_rate() -> None:
+    e = Endpoint("http://a", "prefill", outstanding_requests=1, outstanding_prompt_tokens=20_000)
+    e.record_scrape(waiting=3, running=0, kv_usage=0.0)  # two of another router's prompts
+    assert compute_prefill_wait_s(e, mean_prompt_tokens=1_000, tokens_per_s=11_000) == 2.0
 
 
 def test_decode_prefers_lower_kv_usage() -> None:
@@ -217,3 +250,131 @@ def test_two_choices_never_picks_the_worst_of_several(pool: list[Endpoint], seed
         return
     chosen = pick_two_choices(pool, scores, random.Random(seed))
     assert chosen is not None and scores[chosen.url] < worst
+
+
+# -- absorbing a prefill burst on decode engines
+
+
+def absorb_case(
+    prefill_backlog: int = 30_000, gap_s: float | None = 0.015
+) -> tuple[list[Endpoint], list[Endpoint]]:
+    """The docstring's worked example: prefill queues of 30k and 45k tokens, a decode
+    engine at 15 ms a token and an idle one, under TTFT 1 s / ITL 50 ms at 25k tok/s."""
+    prefill = make_endpoints(2)
+    prefill[0].outstanding_prompt_tokens = prefill_backlog
+    prefill[1].outstanding_prompt_tokens = prefill_backlog + 15_000
+    busy, idle = make_endpoints(2, "decode")
+    busy.recent_gap_s, busy.outstanding_requests = gap_s, 40
+    idle.recent_gap_s = gap_s
+    return prefill, [busy, idle]
+
+
+def absorber(prefill: list[Endpoint], decode: list[Endpoint], prompt: int = 2_000, **kw: float):  # type: ignore[no-untyped-def]
+    args = {"now_s": 0.0, "tokens_per_s": 25_000.0, "ttft_target_s": 1.0, "itl_target_s": 0.05}
+    args.update(kw)
+    return pick_absorber(prefill, decode, prompt_tokens=prompt, mean_prompt_tokens=1_000.0, **args)
+
+
+def test_a_burst_the_prefill_pool_cannot_take_in_time_goes_to_the_least_loaded_decode() -> None:
+    prefill, decode = absorb_case()
+    assert absorber(prefill, decode) is decode[1]
+
+
+def test_an_engine_with_streams_absorbs_again_after_enough_of_their_steps() -> None:
+    _, (busy, idle) = absorb_case()
+    # p90: absorbed prefills take at most half the tenth of gaps that may be slow, so one
+    # stalled step in twenty: the stall, then 19 steps of 15 ms.
+    assert compute_absorb_free_at_s(busy, 0.0, 2_000, 25_000.0, 90) == pytest.approx(
+        0.08 + 19 * 0.015
+    )
+    assert compute_absorb_free_at_s(busy, 0.0, 2_000, 25_000.0, 99) == pytest.approx(
+        0.08 + 199 * 0.015
+    )
+    # no streams to stall: free at once (its own absorbed prompts queue in order)
+    assert compute_absorb_free_at_s(idle, 5.0, 2_000, 25_000.0, 90) == 5.0
+
+
+def test_no_absorption_while_the_prefill_pool_keeps_the_target() -> None:
+    prefill, decode = absorb_case(prefill_backlog=20_000)  # 0.8 + 0.08 s < 1 s
+    assert absorber(prefill, decode) is None
+
+
+def test_no_absorption_of_a_prompt_that_would_stall_the_streams_long() -> None:
+    prefill, decode = absorb_case()
+    stall_tokens = int(ABSORB_MAX_STALL_ITL * 0.05 * 25_000)
+    assert absorber(prefill, decode, prompt=stall_tokens) is not None
+    assert absorber(prefill, decode, prompt=stall_tokens + 100) is None
+
+
+def test_no_absorption_on_an_engine_near_its_itl_target() -> None:
+    prefill, decode = absorb_case(gap_s=ABSORB_GAP_SHARE * 0.05 * 1.1)
+    decode[1].outstanding_requests = 3
+    assert absorber(prefill, decode) is None
+    decode[1].outstanding_requests = 0  # its streams ended: nothing left to stall
+    assert absorber(prefill, decode) is decode[1]
+
+
+def test_an_engine_absorbs_again_only_after_its_duty_spacing() -> None:
+    prefill, decode = absorb_case()
+    decode[1].absorb_free_at_s = 0.4
+    assert absorber(prefill, decode) is decode[0]
+    decode[0].absorb_free_at_s = 0.4
+    assert absorber(prefill, decode) is None
+    assert absorber(prefill, decode, now_s=0.4) is decode[1]
+
+
+def test_no_absorption_onto_a_queue_or_a_sick_engine_or_without_targets() -> None:
+    prefill, decode = absorb_case()
+    decode[1].record_scrape(waiting=1, running=3, kv_usage=0.2)
+    decode[0].record_failure(now_s=0.0)
+    assert absorber(prefill, decode) is None
+    prefill, decode = absorb_case()
+    assert absorber(prefill, decode, ttft_target_s=0.0) is None
+    assert absorber(prefill, decode, itl_target_s=0.0) is None
+    assert absorber(prefill, decode, tokens_per_s=0.0) is None
+
+
+def test_no_absorption_that_would_not_be_sooner() -> None:
+    prefill, decode = absorb_case(prefill_backlog=24_000)  # via prefill: 0.96 + 0.08 s
+    for e in decode:
+        e.absorbed_prompt_tokens = 24_000  # absorbed prompts ahead: 0.96 + 0.08 s too
+    assert absorber(prefill, decode) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(endpoint_states, min_size=1, max_size=6, unique_by=lambda e: e.url),
+    st.lists(endpoint_states, min_size=1, max_size=6, unique_by=lambda e: e.url),
+    st.integers(1, 20_000),
+    st.floats(1_000, 100_000),
+    st.floats(0.05, 5),
+    st.floats(0.005, 0.2),
+)
+def test_an_absorber_is_always_a_free_decode_engine_and_absorbing_is_sooner(
+    prefill: list[Endpoint],
+    decode: list[Endpoint],
+    prompt: int,
+    rate: float,
+    ttft_s: float,
+    itl_s: float,
+) -> None:
+    now_s = 10.0
+    chosen = pick_absorber(
+        prefill,
+        decode,
+        prompt_tokens=prompt,
+        now_s=now_s,
+        mean_prompt_tokens=512.0,
+        tokens_per_s=rate,
+        ttft_target_s=ttft_s,
+        itl_target_s=itl_s,
+    )
+    healthy = [e for e in prefill if e.healthy(now_s)]
+    waits = [compute_prefill_wait_s(e, 512.0, rate) for e in healthy]
+    via_prefill = min(waits, default=0.0) + prompt / rate
+    if chosen is None:
+        return
+    assert chosen in decode and chosen.healthy(now_s) and not chosen.scraped_waiting
+    assert healthy and via_prefill > ttft_s
+    assert prompt / rate <= ABSORB_MAX_STALL_ITL * itl_s
+    assert (chosen.absorbed_prompt_tokens + prompt) / rate < via_prefill

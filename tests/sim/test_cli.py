@@ -63,6 +63,10 @@ def test_json_shape_and_plot(
         assert 0.0 <= entry["attainment"] <= 1.0
         assert entry["gpu_hours"] > 0
         assert entry["ttft_p90_s"] > 0 and entry["itl_p90_s"] > 0
+        # conversation prompts fit 1 s on an H100: every request is feasible
+        assert entry["infeasible_requests"] == 0
+        assert entry["attainment_feasible"] == entry["attainment"]
+        assert isinstance(entry["absorbed_requests"], int)
     assert report["trace"]["rate_scale"] == 0.5 and report["seed"] == 3
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out

@@ -25,8 +25,14 @@ def test_operator_tick_and_simulator_driver_agree_tick_by_tick(
     status: dict[str, Any] = {}
     ticks = [t for t in sim.ticks if t.observation is not None]
     assert len(ticks) > 10 and any(t.decision.changes for t in ticks)
+    # the stream carries the router's feasibility accounting and absorbed prompts, so both
+    # drivers read the same queueing signal
+    observations = [t.observation for t in ticks if t.observation is not None]
+    assert any(lat.feasible_requests for o in observations for lat in o.latency_by_class.values())
+    assert any(o.absorbed_prompt_tokens_per_s > 0 for o in observations)
     for t in ticks:
         assert t.observation is not None
         tick = compute_tick(status, t.observation, config, "2026-01-01T00:00:00Z")
         assert tick.decision == t.decision, f"diverged at t={t.observation.now_s}"
         status = json.loads(json.dumps({**status, **tick.status}))  # what the API stores
+    assert status["autoscaler"]["requests"]["window_s"] > 0

@@ -8,6 +8,7 @@ from tandem.engine.server import metrics as vllm_metrics
 from tandem.router import metrics as router_metrics
 from tandem.sim.fleet.histogram import (
     ROUTER_ITL_BUCKETS_S,
+    ROUTER_RATIO_BUCKETS,
     ROUTER_TTFT_BUCKETS_S,
     VLLM_ITL_BUCKETS_S,
     VLLM_TTFT_BUCKETS_S,
@@ -24,6 +25,7 @@ def test_buckets_are_vllms_and_the_routers() -> None:
     assert VLLM_ITL_BUCKETS_S == vllm_metrics.ITL_BUCKETS
     assert ROUTER_TTFT_BUCKETS_S == router_metrics.LATENCY_BUCKETS_S
     assert ROUTER_ITL_BUCKETS_S == router_metrics.ITL_BUCKETS_S
+    assert ROUTER_RATIO_BUCKETS == router_metrics.RATIO_BUCKETS
 
 
 def test_bucket_counter_is_a_cumulative_histogram() -> None:

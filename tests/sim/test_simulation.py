@@ -51,6 +51,10 @@ def assert_conserved(sim: Simulation) -> None:
         assert pod.engine.num_running == pod.engine.num_waiting == 0
         assert pod.endpoint.outstanding_requests == 0
         assert pod.endpoint.outstanding_prompt_tokens == 0
+        assert pod.endpoint.absorbed_prompt_tokens == 0
+    for i in range(len(table)):
+        if table.absorbed[i]:  # prefilled by its decode pod: no prefill pod, no KV pull
+            assert table.prefill_pod[i] == -1 and table.decode_pod[i] >= 0
     assert sim.router.inflight == 0
     served = sum(sim.router.classes["default"].codes.values())
     assert served == len(table)

@@ -30,7 +30,7 @@ from tandem.api import (
     InferenceServiceSpec,
     InferenceServiceStatus,
 )
-from tandem.api.durations import DURATION_PATTERN
+from tandem.api.durations import DURATION_PATTERN, FINE_DURATION_PATTERN
 
 _DROP = {"title", "gt", "ge", "lt", "le"}
 
@@ -147,7 +147,7 @@ def _model_schema(model: type[BaseModel], strict: bool) -> dict[str, Any]:
 
 def _field_schema(field: FieldInfo, strict: bool) -> dict[str, Any]:
     node = _type_schema(field.annotation, field.metadata, strict)
-    if node.get("pattern") == DURATION_PATTERN:
+    if node.get("pattern") in (DURATION_PATTERN, FINE_DURATION_PATTERN):
         rules = _duration_rules(field.metadata)
         if rules:
             node["x-kubernetes-validations"] = rules

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tandem.api.base import DNS_LABEL_PATTERN, FreeForm, Model, PositiveQuantity, Quantity, cel
-from tandem.api.durations import Duration, default_duration
+from tandem.api.durations import Duration, FineDuration, default_duration
 from tandem.api.flags import owned_flag_regex
 from tandem.api.vocab import Mode, Objective, PolicyName, PoolRole
 
@@ -419,6 +419,53 @@ class LatencyTarget(Model):
         return 0.0 if value is None else value
 
 
+class TtftTarget(LatencyTarget):
+    """A TTFT target at one percentile, plus an optional allowance per prompt token.
+
+    ``{p90: 1s, perPromptToken: 50us}``: a 20,000-token prompt may take 1 s + 20,000 x
+    50 us = 2 s. Long-context services state TTFT that way, since prefill time grows
+    with the prompt.
+    """
+
+    model_config = LatencyTarget.model_config | {
+        "json_schema_extra": {
+            **cel(
+                (
+                    "[has(self.p50), has(self.p90), has(self.p95), has(self.p99)]"
+                    ".filter(x, x).size() == 1",
+                    "set exactly one percentile (p50, p90, p95 or p99)",
+                )
+            ),
+            # maxProperties no longer says "one percentile" once perPromptToken may sit
+            # beside it: the schema says so itself (the API server checks it before CEL).
+            "oneOf": [{"required": [f"p{p}"]} for p in (50, 90, 95, 99)],
+            "minProperties": 1,
+            "maxProperties": 2,
+        }
+    }
+
+    per_prompt_token: FineDuration | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Added to the target for every prompt token (e.g. 50us): the target "
+        "of a request is the percentile's budget + perPromptToken x its prompt tokens.",
+    )
+
+    @property
+    def per_prompt_token_s(self) -> float:
+        """Seconds of allowance per prompt token (0 when not declared)."""
+        return self.per_prompt_token or 0.0
+
+    def seconds_for(self, prompt_tokens: float) -> float:
+        """The target of a request of ``prompt_tokens``.
+
+        >>> TtftTarget(p90=1.0, per_prompt_token=5e-05).seconds_for(20_000)
+        2.0
+        """
+        return self.seconds + self.per_prompt_token_s * prompt_tokens
+
+
 class PriorityClass(Model):
     """A class of requests with its own targets and vLLM ``priority``."""
 
@@ -426,7 +473,7 @@ class PriorityClass(Model):
     priority: int = Field(
         default=0, ge=-1000, le=1000, description="vLLM request priority (lower runs first)."
     )
-    ttft: LatencyTarget | None = None
+    ttft: TtftTarget | None = None
     itl: LatencyTarget | None = None
     max_inflight: int | None = Field(
         default=None,
@@ -459,7 +506,7 @@ class QosSpec(Model):
         )
     }
 
-    ttft: LatencyTarget = Field(default_factory=lambda: LatencyTarget(p90=1.0))
+    ttft: TtftTarget = Field(default_factory=lambda: TtftTarget(p90=1.0))
     itl: LatencyTarget = Field(default_factory=lambda: LatencyTarget(p90=0.05))
     objective: Objective = Field(
         default="balanced",

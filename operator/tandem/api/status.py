@@ -63,5 +63,7 @@ class InferenceServiceStatus(Model):
     autoscaler: OpaqueState | None = Field(
         default=None,
         description="Autoscaler state that survives operator restarts (windows, learned "
-        "capacity); opaque to users.",
+        "capacity), opaque to users; and requests: the last window's requests/s no pool "
+        "size could serve within target (infeasible_per_s, by reason) and absorbed by "
+        "decode engines (absorbed_per_s, absorbed_prompt_tokens_per_s).",
     )

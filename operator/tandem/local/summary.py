@@ -167,7 +167,7 @@ def compute_summary(
     failures = Counter(r.error or UNFINISHED for r in records if not r.served)
     ttfts = sorted(r.ttft_s for r in served if r.token_s)
     gaps = sorted(b - a for r in records for a, b in zip(r.token_s, r.token_s[1:], strict=False))
-    met = sum(1 for r in served if meets_targets(r.ttft_s, r.tpot_s, targets))
+    met = sum(1 for r in served if meets_targets(r.ttft_s, r.tpot_s, targets, r.prompt_tokens))
     pod_s: dict[str, float] = dict.fromkeys(gpus_per_replica, 0.0)
     for life in lives:
         pod_s[life.role] = pod_s.get(life.role, 0.0) + max(life.ended_s - life.started_s, 0.0)

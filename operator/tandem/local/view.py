@@ -156,10 +156,19 @@ class LiveView:
         for name, lat in obs.latency_by_class.items():
             ttft = lat.ttft_s.get(qos.ttft.percentile)
             itl = lat.itl_s.get(qos.itl.percentile)
+            infeasible = "".join(
+                f", {n:g} infeasible ({reason})"
+                for reason, n in sorted(lat.infeasible_requests.items())
+            )
             parts.append(
                 f"{name}: TTFT p{qos.ttft.percentile} {_ms(ttft)} (target "
                 f"{_ms(qos.ttft.seconds)}), ITL p{qos.itl.percentile} {_ms(itl)} (target "
-                f"{_ms(qos.itl.seconds)}) from the {lat.source}"
+                f"{_ms(qos.itl.seconds)}) from the {lat.source}{infeasible}"
+            )
+        if obs.absorbed_requests_per_s:
+            parts.append(
+                f"absorbed by decode engines: {obs.absorbed_requests_per_s:.2g} req/s, "
+                f"{obs.absorbed_prompt_tokens_per_s:.3g} prompt tok/s"
             )
         return "; ".join(parts) or "latency: no requests yet"
 

@@ -6,7 +6,9 @@ percentiles. Rates use the pod's own two sample times, so a pod that missed a ti
 still gives a correct average. A counter that went down means the process restarted:
 its current value is what arrived since (as PromQL's ``rate`` assumes).
 
-Router latency per priority class is preferred; when no router pod reports any class,
+Router latency per priority class is preferred (with the feasibility accounting: the
+TTFT queueing ratio of requests that could meet their target, and the count of those
+that could not); when no router pod reports any class,
 ``latency_by_class["default"]`` falls back to the engines: TTFT of the prefill pool
 (without the KV handoff, so a lower bound of what users see) and ITL of the decode
 pool; in aggregated mode both from the one pool.
@@ -100,13 +102,37 @@ def compute_observation(
     latency = compute_router_latency(routers or {}, wanted)
     if not any(s.current is not None and s.current.classes for s in (routers or {}).values()):
         latency = compute_engine_fallback(pool_obs)
+    absorbed, absorbed_tokens = compute_absorbed(routers or {})
     return Observation(
         now_s=now_s,
         window_s=window_s,
         pools=pool_obs,
         latency_by_class=latency,
         errors=(*errors, *router_errors),
+        absorbed_requests_per_s=absorbed,
+        absorbed_prompt_tokens_per_s=absorbed_tokens,
     )
+
+
+def compute_absorbed(routers: Mapping[str, PodScrape[RouterSample]]) -> tuple[float, float]:
+    """(requests/s, prompt tokens/s) decode engines prefilled instead of the prefill pool,
+    summed over router pods with two samples."""
+    requests = tokens = 0.0
+    for scrape in routers.values():
+        cur, prev = scrape.current, scrape.previous
+        if cur is None or prev is None or cur.at_s <= prev.at_s:
+            continue
+        elapsed_s = cur.at_s - prev.at_s
+        for cls, now in cur.classes.items():
+            before = prev.classes.get(cls, ClassSample())
+            requests += (
+                compute_rate(before.absorbed_requests, now.absorbed_requests, elapsed_s) or 0
+            )
+            tokens += (
+                compute_rate(before.absorbed_prompt_tokens, now.absorbed_prompt_tokens, elapsed_s)
+                or 0.0
+            )
+    return requests, tokens
 
 
 def compute_pool(
@@ -182,6 +208,8 @@ def compute_router_latency(
     wanted = tuple(percentiles)
     ttft: dict[str, list[Histogram]] = {}
     itl: dict[str, list[Histogram]] = {}
+    queueing: dict[str, list[Histogram]] = {}
+    infeasible: dict[str, dict[str, float]] = {}
     requests: dict[str, list[float]] = {}
     for scrape in routers.values():
         cur, prev = scrape.current, scrape.previous
@@ -194,6 +222,13 @@ def compute_router_latency(
                 ttft.setdefault(cls, []).append(compute_histogram_delta(before.ttft, now.ttft))
             if now.itl is not None:
                 itl.setdefault(cls, []).append(compute_histogram_delta(before.itl, now.itl))
+            if now.queueing is not None:
+                delta = compute_histogram_delta(before.queueing, now.queueing)
+                queueing.setdefault(cls, []).append(delta)
+            reasons = infeasible.setdefault(cls, {})
+            for reason, count in now.infeasible_by_reason.items():
+                grew = compute_increase(before.infeasible_by_reason.get(reason, 0.0), count)
+                reasons[reason] = reasons.get(reason, 0.0) + (grew or 0.0)
             totals = requests.setdefault(cls, [0.0, 0.0])
             for code, count in now.requests_by_code.items():
                 rate = compute_rate(before.requests_by_code.get(code, 0.0), count, elapsed_s)
@@ -204,6 +239,7 @@ def compute_router_latency(
         ttft_hist = merge_histograms(ttft.get(cls, ()))
         total, errors = requests.get(cls, [0.0, 0.0])
         itl_hist = merge_histograms(itl.get(cls, ()))
+        queueing_hist = merge_histograms(queueing.get(cls, ()))
         out[cls] = LatencyObservation(
             ttft_s=compute_percentiles(ttft_hist, wanted),
             itl_s=compute_percentiles(itl_hist, wanted),
@@ -213,6 +249,9 @@ def compute_router_latency(
             source="router",
             requests_per_s=total,
             error_requests_per_s=errors,
+            queueing_ratio=compute_percentiles(queueing_hist, wanted),
+            feasible_requests=queueing_hist.count if queueing_hist is not None else None,
+            infeasible_requests={r: n for r, n in infeasible.get(cls, {}).items() if n > 0},
         )
     return out
 

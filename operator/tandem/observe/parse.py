@@ -10,7 +10,10 @@ with colons or underscores. A pod running several data-parallel ranks has one se
 per ``engine`` label: gauges and counters are summed over them, KV usage averaged. With
 ``model_name`` set, series carrying another ``model_name`` label are ignored.
 
-Router pages carry ``tandem_router_*`` per priority class (label ``class``).
+Router pages carry ``tandem_router_*`` per priority class (label ``class``): latency
+histograms, requests by status code, the feasibility accounting (the TTFT queueing ratio
+of requests that could meet their target, the infeasible ones by reason) and the
+requests a decode engine absorbed.
 
 Only the lines of the metrics read here are parsed (a malformed line elsewhere on the
 page goes unnoticed), which keeps a 100 kB page of histograms cheap.
@@ -39,6 +42,10 @@ ENGINE_ITL = "vllm:inter_token_latency_seconds"
 ROUTER_REQUESTS = "tandem_router_requests_total"
 ROUTER_TTFT = "tandem_router_time_to_first_token_seconds"
 ROUTER_ITL = "tandem_router_inter_token_latency_seconds"
+ROUTER_QUEUEING = "tandem_router_ttft_queueing_ratio"
+ROUTER_INFEASIBLE = "tandem_router_requests_infeasible_total"
+ROUTER_ABSORBED = "tandem_router_absorbed_requests_total"
+ROUTER_ABSORBED_TOKENS = "tandem_router_absorbed_prompt_tokens_total"
 ENGINE_METRICS = (
     ENGINE_WAITING,
     ENGINE_RUNNING,
@@ -51,9 +58,18 @@ ENGINE_METRICS = (
     ENGINE_TTFT,
     ENGINE_ITL,
 )
-ROUTER_METRICS = (ROUTER_REQUESTS, ROUTER_TTFT, ROUTER_ITL)
+ROUTER_METRICS = (
+    ROUTER_REQUESTS,
+    ROUTER_TTFT,
+    ROUTER_ITL,
+    ROUTER_QUEUEING,
+    ROUTER_INFEASIBLE,
+    ROUTER_ABSORBED,
+    ROUTER_ABSORBED_TOKENS,
+)
 ROUTER_CLASS_LABEL = "class"
 ROUTER_CODE_LABEL = "code"
+ROUTER_REASON_LABEL = "reason"
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,15 @@ class ClassSample:
     itl: Histogram | None = None
     requests_by_code: Mapping[str, float] = field(default_factory=dict)
     """HTTP status code → cumulative requests answered."""
+    queueing: Histogram | None = None
+    """The TTFT queueing ratio of requests that could meet their target (``None``: the
+    router does not export it)."""
+    infeasible_by_reason: Mapping[str, float] = field(default_factory=dict)
+    """Reason (``ttft``, ``itl``) → cumulative requests no pool size could serve in time."""
+    absorbed_requests: float = 0.0
+    """Cumulative requests prefilled by a decode engine instead of the prefill pool."""
+    absorbed_prompt_tokens: float = 0.0
+    """Their cumulative prompt tokens."""
 
 
 @dataclass(frozen=True)
@@ -123,22 +148,37 @@ def parse_router_sample(text: str, at_s: float) -> RouterSample:
     names = set()
     for metric in (ROUTER_TTFT + "_bucket", ROUTER_ITL + "_bucket", ROUTER_REQUESTS):
         names |= {s.labels.get(ROUTER_CLASS_LABEL) for s in by_name.get(_key(metric), [])}
-    requests: dict[str, dict[str, float]] = {}
-    for sample in by_name.get(_key(ROUTER_REQUESTS), []):
-        cls = sample.labels.get(ROUTER_CLASS_LABEL)
-        code = sample.labels.get(ROUTER_CODE_LABEL, "")
-        if cls is not None and not math.isnan(sample.value):
-            codes = requests.setdefault(cls, {})
-            codes[code] = codes.get(code, 0.0) + sample.value
+    requests = _by_class_and(by_name, ROUTER_REQUESTS, ROUTER_CODE_LABEL)
+    infeasible = _by_class_and(by_name, ROUTER_INFEASIBLE, ROUTER_REASON_LABEL)
+    absorbed = _by_class_and(by_name, ROUTER_ABSORBED, None)
+    absorbed_tokens = _by_class_and(by_name, ROUTER_ABSORBED_TOKENS, None)
     classes = {
         cls: ClassSample(
             ttft=parse_histogram(by_name, ROUTER_TTFT, {ROUTER_CLASS_LABEL: cls}),
             itl=parse_histogram(by_name, ROUTER_ITL, {ROUTER_CLASS_LABEL: cls}),
             requests_by_code=requests.get(cls, {}),
+            queueing=parse_histogram(by_name, ROUTER_QUEUEING, {ROUTER_CLASS_LABEL: cls}),
+            infeasible_by_reason=infeasible.get(cls, {}),
+            absorbed_requests=sum(absorbed.get(cls, {}).values()),
+            absorbed_prompt_tokens=sum(absorbed_tokens.get(cls, {}).values()),
         )
         for cls in sorted(n for n in names if n is not None)
     }
     return RouterSample(at_s=at_s, classes=classes)
+
+
+def _by_class_and(
+    by_name: Mapping[str, Sequence[Sample]], metric: str, label: str | None
+) -> dict[str, dict[str, float]]:
+    """Class → value of ``label`` (``""`` when ``None``) → a counter's total."""
+    out: dict[str, dict[str, float]] = {}
+    for sample in by_name.get(_key(metric), ()):
+        cls = sample.labels.get(ROUTER_CLASS_LABEL)
+        key = sample.labels.get(label, "") if label is not None else ""
+        if cls is not None and not math.isnan(sample.value):
+            values = out.setdefault(cls, {})
+            values[key] = values.get(key, 0.0) + sample.value
+    return out
 
 
 def _key(name: str) -> str:

@@ -36,9 +36,14 @@ from tandem.observe.parse import (
     ENGINE_RUNNING,
     ENGINE_TTFT,
     ENGINE_WAITING,
+    ROUTER_ABSORBED,
+    ROUTER_ABSORBED_TOKENS,
     ROUTER_CLASS_LABEL,
     ROUTER_CODE_LABEL,
+    ROUTER_INFEASIBLE,
     ROUTER_ITL,
+    ROUTER_QUEUEING,
+    ROUTER_REASON_LABEL,
     ROUTER_REQUESTS,
     ROUTER_TTFT,
 )
@@ -195,6 +200,22 @@ def build_router_queries(
     out[ROUTER_ROLE, "requests_per_s"] = (
         f"sum by ({cls}, {ROUTER_CODE_LABEL}) (rate({requests}[{window}]))"
     )
+    queueing = build_selector(ROUTER_QUEUEING + "_bucket", base)
+    for p in percentiles:
+        out[ROUTER_ROLE, f"queueing:{p}"] = build_quantile(p / 100, queueing, (cls,), window)
+    feasible = build_selector(ROUTER_QUEUEING + "_count", base)
+    out[ROUTER_ROLE, "feasible_requests"] = f"sum by ({cls}) (increase({feasible}[{window}]))"
+    # Counters that stay without series until their first event: "or vector(0)" keeps
+    # them from reading as missing data (a series without labels adds to no class).
+    infeasible = build_selector(ROUTER_INFEASIBLE, base)
+    out[ROUTER_ROLE, "infeasible"] = (
+        f"sum by ({cls}, {ROUTER_REASON_LABEL}) (increase({infeasible}[{window}])) or vector(0)"
+    )
+    for key, metric in (
+        ("absorbed_per_s", ROUTER_ABSORBED),
+        ("absorbed_tokens_per_s", ROUTER_ABSORBED_TOKENS),
+    ):
+        out[ROUTER_ROLE, key] = f"sum(rate({build_selector(metric, base)}[{window}])) or vector(0)"
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from tandem.api.vocab import Component, PoolRole
 from tandem.observe.compute import compute_engine_fallback
 from tandem.observe.histogram import DEFAULT_PERCENTILES
-from tandem.observe.parse import ROUTER_CLASS_LABEL, ROUTER_CODE_LABEL
+from tandem.observe.parse import ROUTER_CLASS_LABEL, ROUTER_CODE_LABEL, ROUTER_REASON_LABEL
 from tandem.observe.promql import POD_GAUGES, POD_RATES, ROUTER_ROLE, PromLabels, QueryKey
 from tandem.observe.types import LatencyObservation, Observation, PodObservation, PoolObservation
 
@@ -103,7 +103,13 @@ def compute_prometheus_observation(
         latency_by_class=latency,
         errors=errors,
         empty_queries=empty,
+        absorbed_requests_per_s=_total(vector((ROUTER_ROLE, "absorbed_per_s"))),
+        absorbed_prompt_tokens_per_s=_total(vector((ROUTER_ROLE, "absorbed_tokens_per_s"))),
     )
+
+
+def _total(series: Vector) -> float:
+    return sum(value for _, value in series if math.isfinite(value))
 
 
 def _problems(
@@ -252,6 +258,14 @@ def _router_latency(vector: Lookup, percentiles: tuple[int, ...]) -> dict[str, L
         requests[cls] = requests.get(cls, 0.0) + value
         if labels.get(ROUTER_CODE_LABEL, "").startswith("5"):
             errors[cls] = errors.get(cls, 0.0) + value
+    queueing = _percentiles(vector, ROUTER_ROLE, "queueing", percentiles)
+    feasible = _by_label(vector((ROUTER_ROLE, "feasible_requests")), ROUTER_CLASS_LABEL)
+    infeasible: dict[str, dict[str, float]] = {}
+    for labels, value in vector((ROUTER_ROLE, "infeasible")):
+        cls, reason = labels.get(ROUTER_CLASS_LABEL), labels.get(ROUTER_REASON_LABEL)
+        if cls is not None and reason is not None and math.isfinite(value) and value > 0:
+            found = infeasible.setdefault(cls, {})
+            found[reason] = found.get(reason, 0.0) + value
     classes = sorted((set(counts) | set(requests) | set(ttft) | set(itl)) - {""})
     return {
         cls: LatencyObservation(
@@ -263,6 +277,9 @@ def _router_latency(vector: Lookup, percentiles: tuple[int, ...]) -> dict[str, L
             error_requests_per_s=errors.get(cls, 0.0),
             ttft_mean_s=ttft_mean.get(cls),
             itl_mean_s=itl_mean.get(cls),
+            queueing_ratio=queueing.get(cls, {}),
+            feasible_requests=feasible.get(cls),
+            infeasible_requests=infeasible.get(cls, {}),
         )
         for cls in classes
     }

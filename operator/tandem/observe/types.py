@@ -36,6 +36,17 @@ class LatencyObservation:
     ``None`` from engine histograms."""
     error_requests_per_s: float | None = None
     """Of those, answered with a 5xx status."""
+    queueing_ratio: Mapping[int, float] = field(default_factory=dict)
+    """By percentile, the share of its queueing budget a request that could meet its TTFT
+    target used (``(ttft - least) / (target - least)``, :mod:`tandem.policy.feasibility`):
+    at most 1 when it met the target; only delay more replicas remove."""
+    feasible_requests: float | None = None
+    """Requests of the window that could meet their TTFT target at some pool size (the
+    samples of ``queueing_ratio``); ``None`` when the router does not judge feasibility
+    (engine histograms)."""
+    infeasible_requests: Mapping[str, float] = field(default_factory=dict)
+    """Requests of the window no pool size could serve within target, by reason (``ttft``,
+    ``itl``)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,11 @@ class Observation:
     """Router-measured latency per priority class (``default`` without classes)."""
     arrival_prompt_tokens_per_s: float | None = None
     """Prompt tokens/s arriving at the router, when it reports them."""
+    absorbed_requests_per_s: float = 0.0
+    """Requests/s the router sent whole to a decode engine, which prefilled them itself,
+    because the prefill pool's wait would have overrun their TTFT target."""
+    absorbed_prompt_tokens_per_s: float = 0.0
+    """Their prompt tokens/s: prefill work the prefill pool did not see."""
     errors: tuple[str, ...] = ()
     """Problems reading the router or the metrics source, for status."""
     empty_queries: tuple[str, ...] = ()

@@ -47,12 +47,28 @@ PRIOR_PROMPT_TOKENS = 1000.0
 
 @dataclass(frozen=True)
 class LatencyTargets:
-    """TTFT and ITL targets (seconds) at their percentiles; ``None`` when not declared."""
+    """TTFT and ITL targets (seconds) at their percentiles; ``None`` when not declared.
+
+    A request's TTFT target grows with its prompt when ``qos.ttft.perPromptToken`` is
+    declared: :meth:`ttft_for`.
+    """
 
     ttft_s: float | None
     ttft_percentile: int
     itl_s: float | None
     itl_percentile: int
+    ttft_per_prompt_token_s: float = 0.0
+    """Seconds added to the TTFT target per prompt token (``qos.ttft.perPromptToken``)."""
+
+    def ttft_for(self, prompt_tokens: float) -> float | None:
+        """The TTFT target of a request of ``prompt_tokens``.
+
+        >>> LatencyTargets(1.0, 90, 0.05, 90, ttft_per_prompt_token_s=5e-05).ttft_for(10_000)
+        1.5
+        """
+        if self.ttft_s is None:
+            return None
+        return self.ttft_s + self.ttft_per_prompt_token_s * prompt_tokens
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,7 @@ def compute_policy_config(isvc: InferenceService) -> PolicyConfig:
             ttft_percentile=(c.ttft or qos.ttft).percentile,
             itl_s=(c.itl or qos.itl).seconds,
             itl_percentile=(c.itl or qos.itl).percentile,
+            ttft_per_prompt_token_s=(c.ttft or qos.ttft).per_prompt_token_s,
         )
         for c in qos.priority_classes
     }
@@ -155,7 +172,11 @@ def compute_policy_config(isvc: InferenceService) -> PolicyConfig:
         policy=auto.policy,
         objective=qos.objective,
         targets=LatencyTargets(
-            qos.ttft.seconds, qos.ttft.percentile, qos.itl.seconds, qos.itl.percentile
+            qos.ttft.seconds,
+            qos.ttft.percentile,
+            qos.itl.seconds,
+            qos.itl.percentile,
+            ttft_per_prompt_token_s=qos.ttft.per_prompt_token_s,
         ),
         class_targets=classes,
         pools=pools,

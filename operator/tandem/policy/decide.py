@@ -15,7 +15,7 @@ from tandem.observe.types import Observation, PoolObservation
 from tandem.policy.config import PolicyConfig, PoolConfig
 from tandem.policy.sizing import Sizing, ceil_replicas, size_decode, size_prefill, size_queue
 from tandem.policy.stabilize import remember_peak, stabilize
-from tandem.policy.state import PolicyState, PoolState
+from tandem.policy.state import PolicyState, PoolState, RequestTally
 from tandem.policy.types import Cause, Decision, PoolDecision
 
 
@@ -64,7 +64,32 @@ def decide(
             role, current, desired, reason, sizing.signals, driver=driver, cause=cause
         )
     decisions = _apply_ratio(decisions, config)
+    state = replace(state, requests=compute_request_tally(obs))
     return state, Decision(now_s=obs.now_s, pools=decisions)
+
+
+def compute_request_tally(obs: Observation) -> RequestTally:
+    """The window's requests as the router counted them, per second.
+
+    >>> from tandem.observe.types import LatencyObservation
+    >>> lat = LatencyObservation(requests=30.0, infeasible_requests={"ttft": 3.0})
+    >>> obs = Observation(now_s=15.0, window_s=15.0, pools={}, latency_by_class={"a": lat})
+    >>> compute_request_tally(obs).infeasible_per_s
+    {'ttft': 0.2}
+    """
+    if obs.window_s <= 0:
+        return RequestTally()
+    infeasible: dict[str, float] = {}
+    for latency in obs.latency_by_class.values():
+        for reason, count in latency.infeasible_requests.items():
+            infeasible[reason] = infeasible.get(reason, 0.0) + count / obs.window_s
+    return RequestTally(
+        window_s=obs.window_s,
+        per_s=sum(lat.requests for lat in obs.latency_by_class.values()) / obs.window_s,
+        infeasible_per_s=infeasible,
+        absorbed_per_s=obs.absorbed_requests_per_s,
+        absorbed_prompt_tokens_per_s=obs.absorbed_prompt_tokens_per_s,
+    )
 
 
 def _size(

@@ -4,16 +4,20 @@ The ``slo`` policy sizes each pool from its own signals, with what it learned ab
 replica live (:mod:`tandem.policy.learn`; no profiling run):
 
 * **prefill** — demand is prompt tokens/s arriving (what the pool processed plus how
-  fast its backlog grew), smoothed, with a slow trend carried one cold start ahead;
-  capacity per replica is ``profile.prefillTokensPerS`` or learned from the pool's
-  service time and saturation. Replicas = demand / (capacity × utilization), enough to
-  drain the waiting prompts within a tick, and more when measured TTFT is over target.
+  fast its backlog grew, plus prompts decode engines absorbed), smoothed, with a slow
+  trend carried one cold start ahead; capacity per replica is
+  ``profile.prefillTokensPerS`` or learned from the pool's service time and saturation.
+  Replicas = demand / (capacity × utilization), enough to drain the waiting prompts
+  within a tick, and more when the requests that can meet their TTFT target spent more
+  than their queueing budget waiting (:mod:`tandem.policy.feasibility`): the latency
+  rule scales on delay more replicas remove, never on a prompt's own prefill time, and
+  requests no pool size could serve in time are left out of it.
 * **decode** — one replica generates ``batch`` tokens per step, where ``batch`` is the
   largest that keeps ITL within target (``profile.maxBatchAtItl`` or learned from a
   line fitted through (batch, ITL) of past windows), so replicas = output tokens/s ×
   ITL target / batch (over the batch share the objective plans); also KV demand over KV
   capacity × target usage, every queued sequence's slot, and more when measured ITL is
-  over target.
+  over target (unless the router found the target below the least ITL it has seen).
 
 Worked example (decode): 4 replicas at 0.9 KV usage of 280k tokens each hold 1.01M
 tokens; 600 running requests with 200 tokens still to generate add 0.12M; at a 0.8
@@ -34,11 +38,17 @@ from tandem.policy.config import (
     PRIOR_OUTPUT_TOKENS,
     PRIOR_PREFILL_TOKENS_PER_S_PER_GPU,
     PRIOR_PROMPT_TOKENS,
-    LatencyTargets,
     PolicyConfig,
     PoolConfig,
 )
 from tandem.policy.fmt import human
+from tandem.policy.latency import (
+    LatencyRatio,
+    compute_infeasible_per_s,
+    compute_latency_floor,
+    compute_latency_ratio,
+    format_latency_reason,
+)
 from tandem.policy.learn import (
     StepFit,
     compute_batch_at_itl,
@@ -52,8 +62,6 @@ from tandem.policy.types import Driver
 #: Holt smoothing factors for the demand level and its trend (per tick).
 LEVEL_ALPHA = 0.5
 TREND_BETA = 0.02
-#: The most a latency correction multiplies the ready replicas by in one tick.
-MAX_LATENCY_CORRECTION = 2.0
 
 
 @dataclass(frozen=True)
@@ -101,53 +109,14 @@ def compute_forecast(level: float, trend: float, config: PolicyConfig) -> float:
     return max(level + max(trend, 0.0) * config.cold_start_s, 0.0)
 
 
-def compute_latency_ratio(
-    obs: Observation,
-    pool: PoolObservation,
-    targets: LatencyTargets,
-    class_targets: dict[str, LatencyTargets],
-    signal: str,
-) -> tuple[float | None, float | None, float | None, float | None]:
-    """(measured / target, measured s, target s, mean s) for ``signal`` (``ttft`` or
-    ``itl``): the measured value at the target's percentile, and the window's mean.
-
-    The strictest class with traffic decides: the largest ratio over classes that had
-    requests in the window. Router measurements are preferred; the pool's own engine
-    histograms are the fallback.
-    """
-    best: tuple[float | None, float | None, float | None, float | None] = (None,) * 4
-    sources = [(name, lat) for name, lat in obs.latency_by_class.items() if lat.requests > 0]
-    if not sources and pool.latency is not None:
-        sources = [("", pool.latency)]
-    for name, latency in sources:
-        t = class_targets.get(name, targets)
-        target = t.ttft_s if signal == "ttft" else t.itl_s
-        pct = t.ttft_percentile if signal == "ttft" else t.itl_percentile
-        values = latency.ttft_s if signal == "ttft" else latency.itl_s
-        measured = values.get(pct)
-        if target is None or target <= 0 or measured is None:
-            continue
-        ratio = measured / target
-        mean = latency.ttft_mean_s if signal == "ttft" else latency.itl_mean_s
-        if best[0] is None or ratio > best[0]:
-            best = (ratio, measured, target, mean)
-    return best
-
-
-def _latency_floor(pool: PoolObservation, ratio: float | None) -> float:
-    """Replicas the measured latency asks for; pods still starting count as capacity
-    on its way, so while any are starting the correction never asks for more."""
-    if ratio is None or ratio <= 1.0 or pool.ready == 0 or pool.replicas > pool.ready:
-        return 0.0
-    return pool.ready * min(ratio, MAX_LATENCY_CORRECTION)
-
-
 def compute_prompt_demand(
     obs: Observation, pool: PoolObservation, backlog_tokens: float, state: PoolState
 ) -> float:
     """Prompt tokens/s arriving: the router's count when it reports one, else what the
     pool processed plus how fast its backlog grew since the last tick (a saturated pool
-    processes only its capacity; the rest of the demand piles up in the queue).
+    processes only its capacity; the rest of the demand piles up in the queue), plus what
+    decode engines absorbed (prompts the router sent them whole while the prefill pool's
+    wait was too long: work the pool must be sized for all the same).
 
     >>> pool = PoolObservation("prefill", 1, 1, 1, prompt_tokens_per_s=30_000.0)
     >>> state = PoolState(backlog_tokens=100_000.0)
@@ -160,7 +129,8 @@ def compute_prompt_demand(
     growth = 0.0
     if state.backlog_tokens is not None and obs.window_s > 0:
         growth = max(backlog_tokens - state.backlog_tokens, 0.0) / obs.window_s
-    return pool.prompt_tokens_per_s + growth
+    absorbed = obs.absorbed_prompt_tokens_per_s if pool.role == "prefill" else 0.0
+    return pool.prompt_tokens_per_s + growth + absorbed
 
 
 def size_prefill(
@@ -191,10 +161,8 @@ def size_prefill(
     utilization = config.utilization
     n_demand = forecast / (capacity * utilization)
     n_backlog = (demand + backlog_tokens / budget_s) / capacity
-    ratio, measured, target, _ = compute_latency_ratio(
-        obs, pool, config.targets, dict(config.class_targets), "ttft"
-    )
-    n_latency = _latency_floor(pool, ratio)
+    latency = compute_latency_ratio(obs, pool, config.targets, dict(config.class_targets), "ttft")
+    n_latency = compute_latency_floor(pool, latency.ratio)
     n = max(n_demand, n_backlog, n_latency)
     options: list[tuple[float, Driver, str]] = [
         (
@@ -209,9 +177,10 @@ def size_prefill(
             f"backlog {human(backlog_tokens)} prompt tokens to drain in "
             f"{budget_s:g}s at {human(capacity)} tok/s per replica",
         ),
-        (n_latency, "latency", f"TTFT {measured or 0:.3g}s over target {target or 0:.3g}s"),
+        (n_latency, "latency", format_latency_reason("ttft", latency)),
     ]
-    _, driver, reason = max(options)
+    # The first listed wins a tie: with no load at all, demand (0) says so, not latency.
+    _, driver, reason = max(options, key=lambda option: option[0])
     new_state = replace(
         state,
         demand_level=level,
@@ -231,8 +200,11 @@ def size_prefill(
             "capacity": capacity,
             "backlog_tokens": backlog_tokens,
             "utilization": demand / current_capacity,
-            "latency_measured_s": measured or 0.0,
-            "latency_target_s": target or 0.0,
+            "latency_measured_s": latency.measured_s or 0.0,
+            "latency_target_s": latency.target_s or 0.0,
+            "queueing_ratio": latency.ratio if latency.queueing and latency.ratio else 0.0,
+            "absorbed_prompt_tokens_per_s": obs.absorbed_prompt_tokens_per_s,
+            "infeasible_per_s": compute_infeasible_per_s(obs, "ttft"),
         },
         panic=demand + backlog_tokens / budget_s > config.panic_threshold * current_capacity,
     )
@@ -264,7 +236,7 @@ def size_decode(
         used + pool.running_requests * out_len / 2 + pool.waiting_requests * (context + out_len / 2)
     )
     concurrency = pool.running_requests + pool.waiting_requests
-    ratio, measured, target, mean = compute_latency_ratio(
+    ratio, measured, target, mean, _ = compute_latency_ratio(
         obs, pool, config.targets, dict(config.class_targets), "itl"
     )
     itl_s = target or config.targets.itl_s
@@ -303,7 +275,7 @@ def size_decode(
     n_kv = kv_demand * growth / (kv_cap * config.kv_usage_target)
     # Queued sequences need a slot now, whatever the rate says.
     n_queue = concurrency / max_batch if pool.waiting_requests >= 1 else 0.0
-    n_latency = _latency_floor(pool, ratio)
+    n_latency = compute_latency_floor(pool, ratio)
     n = max(n_kv, n_rate, n_queue, n_latency)
     options: list[tuple[float, Driver, str]] = [
         (
@@ -319,9 +291,14 @@ def size_decode(
             f"{human(concurrency)} sequences ({human(pool.waiting_requests)} waiting) / batch "
             f"{human(max_batch)} within ITL",
         ),
-        (n_latency, "latency", f"ITL {measured or 0:.3g}s over target {target or 0:.3g}s"),
+        (
+            n_latency,
+            "latency",
+            format_latency_reason("itl", LatencyRatio(ratio, measured, target, mean)),
+        ),
     ]
-    _, driver, reason = max(options)
+    # The first listed wins a tie: with no load at all, demand (0) says so, not latency.
+    _, driver, reason = max(options, key=lambda option: option[0])
     capacity_seqs = max(pool.ready, 1) * max_batch
     return Sizing(
         replicas=n,
@@ -343,6 +320,7 @@ def size_decode(
             "utilization": max(pool.kv_usage, concurrency / capacity_seqs),
             "latency_measured_s": measured or 0.0,
             "latency_target_s": target or 0.0,
+            "infeasible_per_s": compute_infeasible_per_s(obs, "itl"),
         },
         panic=concurrency > config.panic_threshold * capacity_seqs
         or kv_demand > config.panic_threshold * max(pool.ready, 1) * kv_cap,

@@ -2,7 +2,10 @@
 
 Everything here round-trips through ``status.autoscaler`` of the InferenceService
 (:meth:`PolicyState.to_dict` / :meth:`PolicyState.from_dict`), so a restarted operator
-keeps its stabilization windows, last scale times and learned capacities.
+keeps its stabilization windows, last scale times and learned capacities. Beside the
+pools, ``requests`` (:class:`RequestTally`) tells people what the router counted in the
+last window: requests no pool size could serve in time, and requests decode engines
+absorbed.
 """
 
 from __future__ import annotations
@@ -76,16 +79,57 @@ class PoolState:
 
 
 @dataclass(frozen=True)
+class RequestTally:
+    """What the router saw of the requests of the last window, for people reading
+    ``status.autoscaler.requests``: nothing here drives a decision."""
+
+    window_s: float = 0.0
+    per_s: float = 0.0
+    """Requests/s that got their first token."""
+    infeasible_per_s: Mapping[str, float] = field(default_factory=dict)
+    """Of those, requests/s no pool size could serve within target, by reason (``ttft``,
+    ``itl``); left out of the latency the pools are sized on."""
+    absorbed_per_s: float = 0.0
+    """Requests/s a decode engine prefilled because the prefill pool's wait would have
+    overrun their TTFT target."""
+    absorbed_prompt_tokens_per_s: float = 0.0
+    """Their prompt tokens/s (counted as prefill demand all the same)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "infeasible_per_s": dict(self.infeasible_per_s)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> RequestTally:
+        """Inverse of :meth:`to_dict`; anything malformed gives an empty tally."""
+        if not isinstance(data, Mapping):
+            return cls()
+        try:
+            return cls(
+                window_s=float(data.get("window_s", 0.0)),
+                per_s=float(data.get("per_s", 0.0)),
+                infeasible_per_s={
+                    str(k): float(v) for k, v in dict(data.get("infeasible_per_s", {})).items()
+                },
+                absorbed_per_s=float(data.get("absorbed_per_s", 0.0)),
+                absorbed_prompt_tokens_per_s=float(data.get("absorbed_prompt_tokens_per_s", 0.0)),
+            )
+        except (TypeError, ValueError):
+            return cls()
+
+
+@dataclass(frozen=True)
 class PolicyState:
     """State of every pool of one service."""
 
     pools: Mapping[PoolRole, PoolState] = field(default_factory=dict)
+    requests: RequestTally = field(default_factory=RequestTally)
+    """The last window's requests as the router counted them (infeasible, absorbed)."""
 
     def pool(self, role: PoolRole) -> PoolState:
         return self.pools.get(role, PoolState())
 
     def with_pool(self, role: PoolRole, pool: PoolState) -> PolicyState:
-        return PolicyState({**self.pools, role: pool})
+        return replace(self, pools={**self.pools, role: pool})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for ``status.autoscaler``."""
@@ -97,7 +141,8 @@ class PolicyState:
                     "step_fit": list(p.step_fit) if p.step_fit is not None else None,
                 }
                 for role, p in self.pools.items()
-            }
+            },
+            "requests": self.requests.to_dict(),
         }
 
     @classmethod
@@ -119,4 +164,4 @@ class PolicyState:
                 pools[role] = PoolState(recommendations=recs, step_fit=step_fit, **values)
             except (TypeError, ValueError):
                 pools[role] = PoolState()
-        return cls(pools)
+        return cls(pools, RequestTally.from_dict(data.get("requests")))

@@ -55,16 +55,23 @@ def weighted_percentiles(
     return out + [max(values)] * len(pending)
 
 
-def meets_targets(ttft_s: float, tpot_s: float, targets: LatencyTargets) -> bool:
-    """Whether a completed request with this TTFT and mean token gap (NaN: one token, no
-    gap) met both targets.
+def meets_targets(
+    ttft_s: float, tpot_s: float, targets: LatencyTargets, prompt_tokens: float = 0
+) -> bool:
+    """Whether a completed request of ``prompt_tokens`` with this TTFT and mean token gap
+    (NaN: one token, no gap) met both targets (the TTFT target grows with the prompt when
+    it has a per-prompt-token allowance).
 
     >>> t = LatencyTargets(ttft_s=1.0, ttft_percentile=90, itl_s=0.05, itl_percentile=90)
     >>> meets_targets(0.8, 0.04, t), meets_targets(0.8, 0.06, t), meets_targets(1.2, 0.01, t)
     (True, False, False)
     >>> meets_targets(0.8, float("nan"), t)
     True
+    >>> long = LatencyTargets(1.0, 90, 0.05, 90, ttft_per_prompt_token_s=5e-05)
+    >>> meets_targets(1.2, 0.01, long, prompt_tokens=10_000)
+    True
     """
-    ok_ttft = targets.ttft_s is None or ttft_s <= targets.ttft_s
+    ttft_target_s = targets.ttft_for(prompt_tokens)
+    ok_ttft = ttft_target_s is None or ttft_s <= ttft_target_s
     ok_itl = targets.itl_s is None or math.isnan(tpot_s) or tpot_s <= targets.itl_s
     return ok_ttft and ok_itl

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from tandem.api import InferenceService
+from tandem.policy.config import LatencyTargets, compute_policy_config
 
 Mode = Literal["disaggregated", "aggregated"]
 
@@ -48,6 +49,10 @@ class Timeouts:
     connection the router is closing."""
 
 
+#: A class without latency targets: nothing is judged infeasible, nothing absorbed.
+NO_TARGETS = LatencyTargets(None, 90, None, 90)
+
+
 @dataclass(frozen=True)
 class ClassConfig:
     """A priority class: the vLLM ``priority`` it sets and its admission limit."""
@@ -59,6 +64,9 @@ class ClassConfig:
     """In-flight requests of this class per router replica; ``None``: only the global bound."""
     require_key: bool = False
     """Granted only to requests whose API key lists the class (``--class-keys``)."""
+    targets: LatencyTargets = NO_TARGETS
+    """The class's TTFT and ITL targets, for the router's accounting (which requests no
+    pool size could serve in time) and for absorbing prefill bursts on decode engines."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,13 @@ class RouterConfig:
     """How often each engine's ``/metrics`` is scraped for selection."""
     model_name: str | None = None
     """Served model name, when known (cluster mode); only used in messages."""
+    prefill_tokens_per_s: float | None = None
+    """Declared prompt tokens/s of one replica of the first pool (``profile.
+    prefillTokensPerS``): a floor of every prompt's least TTFT from the first request."""
+    absorb_bursts: bool = True
+    """Let decode engines prefill prompts the prefill pool would serve past their TTFT
+    target (:func:`~tandem.router.selection.pick_absorber`); off, every prompt waits for
+    the prefill pool. For comparisons (``bench/feasibility.py``)."""
 
     def class_named(self, name: str) -> ClassConfig | None:
         for klass in self.classes:
@@ -116,13 +131,19 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
     """
     spec = isvc.spec
     router = spec.router
+    policy = compute_policy_config(isvc)
     declared = tuple(
         ClassConfig(
-            name=c.name, priority=c.priority, max_inflight=c.max_inflight, require_key=c.require_key
+            name=c.name,
+            priority=c.priority,
+            max_inflight=c.max_inflight,
+            require_key=c.require_key,
+            targets=policy.class_targets.get(c.name, policy.targets),
         )
         for c in spec.qos.priority_classes
     )
-    classes = declared or (ClassConfig(DEFAULT_CLASS),)
+    classes = declared or (ClassConfig(DEFAULT_CLASS, targets=policy.targets),)
+    first = policy.pools.get("prefill") or policy.pools.get("pool")
     default = spec.qos.default_class or classes[0].name
     return replace(
         base or RouterConfig(),
@@ -145,14 +166,16 @@ def build_router_config(isvc: InferenceService, base: RouterConfig | None = None
         send_priority=spec.engine.scheduling_policy == "priority",
         short_prompt_tokens=router.short_prompt_tokens,
         model_name=spec.model.name,
+        prefill_tokens_per_s=first.prefill_tokens_per_s if first else None,
     )
 
 
 def parse_class_flag(text: str) -> ClassConfig:
     """``NAME[:PRIORITY[:MAX_INFLIGHT]]`` (the ``--class`` flag) as a class.
 
-    >>> parse_class_flag("batch:10:64")
-    ClassConfig(name='batch', priority=10, max_inflight=64, require_key=False)
+    >>> klass = parse_class_flag("batch:10:64")
+    >>> klass.name, klass.priority, klass.max_inflight
+    ('batch', 10, 64)
     """
     parts = text.split(":")
     if not parts[0] or len(parts) > 3:

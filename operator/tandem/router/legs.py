@@ -19,9 +19,16 @@ from typing import Any
 
 from tandem.router.config import ClassConfig, RouterConfig
 from tandem.router.metrics import ClassMetrics
-from tandem.router.protocol import build_prefill_body, parse_kv_params
+from tandem.router.protocol import build_prefill_body, parse_kv_params, parse_prompt_tokens
 from tandem.router.request import Kind, ParsedRequest
-from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
+from tandem.router.selection import (
+    Endpoint,
+    compute_absorb_free_at_s,
+    pick_absorber,
+    pick_decode,
+    pick_pool,
+    pick_prefill,
+)
 from tandem.router.state import Router
 from tandem.router.tracing import NO_TRACE, NoTrace, RequestTrace
 from tandem.router.upstream import Passthrough, UpstreamFailure, post_json
@@ -50,6 +57,12 @@ class Exchange:
     arrival_s: float
     dispatched: bool = False
     """The first engine request went out (queue wait observed)."""
+    dispatch_s: float | None = None
+    """When it went out: TTFT from here on is service, not the router's own wait."""
+    counted_prompt_tokens: int | None = None
+    """The prompt as the prefill engine counted it (its answer's ``usage``)."""
+    absorber: Endpoint | None = None
+    """The decode engine that prefills this request itself (a burst absorbed)."""
     prefill_done_s: float | None = None
     attempt: int = 0
     """Prefill runs so far beyond the first (a re-run gets a fresh engine request id)."""
@@ -74,10 +87,16 @@ class Exchange:
             return self.headers
         return {**self.headers, "X-Request-Id": f"{self.request_id}-{self.attempt}"}
 
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens: as the prefill engine counted them, else the estimate."""
+        return self.counted_prompt_tokens or self.parsed.prompt_tokens
+
     def mark_dispatch(self) -> None:
         if not self.dispatched:
             self.dispatched = True
             now = asyncio.get_running_loop().time()
+            self.dispatch_s = now
             self.class_metrics.queue_wait.observe(now - self.arrival_s)
 
 
@@ -117,6 +136,8 @@ async def choose(
             affinity_key=affinity,
             exclude=tried,
         )
+    elif role == "decode" and ex.absorber is not None and ex.absorber.url not in tried:
+        chosen = ex.absorber
     elif role == "decode":
         chosen = pick_decode(members, now_s=now_s, rng=router.rng, exclude=tried)
     else:
@@ -142,6 +163,37 @@ def note_failure(ex: Exchange, endpoint: Endpoint, err: UpstreamFailure) -> None
         endpoint.record_overload(now_s, err.retry_after_s or ex.config.retry_after_s)
     else:
         endpoint.record_failure(now_s)
+
+
+def absorb(ex: Exchange) -> bool:
+    """Whether a decode engine takes the whole request (:func:`pick_absorber`); if so it
+    is reserved for the request's decode leg and the absorption counted."""
+    router = ex.router
+    if not ex.config.absorb_bursts:
+        return False
+    now_s = asyncio.get_running_loop().time()
+    rate = router.least.prefill_tokens_per_s(now_s)
+    targets = ex.klass.targets
+    prompt = ex.parsed.prompt_tokens
+    chosen = pick_absorber(
+        router.pools["prefill"].members(),
+        router.pools["decode"].members(),
+        prompt_tokens=prompt,
+        now_s=now_s,
+        mean_prompt_tokens=router.prompt_sizes.mean_tokens,
+        tokens_per_s=rate,
+        ttft_target_s=targets.ttft_for(prompt),
+        itl_target_s=targets.itl_s,
+    )
+    if chosen is None or rate is None:
+        return False
+    chosen.absorb_free_at_s = compute_absorb_free_at_s(
+        chosen, now_s, prompt, rate, targets.itl_percentile
+    )
+    ex.absorber = chosen
+    ex.class_metrics.absorbed.inc()
+    ex.class_metrics.absorbed_tokens.inc(prompt)
+    return True
 
 
 @dataclass(frozen=True)
@@ -195,6 +247,7 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
             return answer
         endpoint.record_success()
         ex.prefill_done_s = asyncio.get_running_loop().time()
+        ex.counted_prompt_tokens = parse_prompt_tokens(answer)
         kv_params = parse_kv_params(answer)
         if kv_params is not None:
             leg.set("tandem.kv.remote_engine_id", str(kv_params.get("remote_engine_id")))

@@ -2,7 +2,10 @@
 
 These are the autoscaler's ground truth, measured where the client is: time to first
 token and inter-token latency per priority class, end-to-end latency, the router's own
-wait before dispatch, the KV handoff between the legs, retries and rejections. Each
+wait before dispatch, the KV handoff between the legs, retries and rejections; which
+requests no pool size could serve in time and, for the others, how much of their
+queueing budget they used (:mod:`tandem.policy.feasibility`); and the requests decode
+engines absorbed. Each
 router app has its own registry, so several routers (tests) live in one process.
 
 ``tandem_router_inflight{pool,endpoint}`` is computed from the pools when scraped, so a
@@ -43,6 +46,11 @@ E2E_BUCKETS_S = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
     20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0,
 )  # fmt: skip
+#: Ratios to a budget or a target (1 = exactly on it), finest around 1.
+RATIO_BUCKETS = (
+    0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0,
+    2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 20.0, 50.0,
+)  # fmt: skip
 #: The router's own wait (admission, waiting for a ready engine): 0.1 ms up.
 WAIT_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -58,6 +66,10 @@ class ClassMetrics:
     itl: Histogram
     e2e: Histogram
     queue_wait: Histogram
+    queueing: Histogram
+    target_ratio: Histogram
+    absorbed: Counter
+    absorbed_tokens: Counter
 
 
 class RouterMetrics:
@@ -138,6 +150,43 @@ class RouterMetrics:
             "Client connections open.",
             registry=reg,
         )
+        self.queueing = Histogram(
+            "tandem_router_ttft_queueing_ratio",
+            "Requests that could meet their TTFT target at some pool size: the share of "
+            "their queueing budget they waited, (TTFT - least TTFT) / (target - least TTFT); "
+            "at most 1 when the target was met. The autoscaler sizes prefill on it.",
+            ["class"],
+            buckets=RATIO_BUCKETS,
+            registry=reg,
+        )
+        self.target_ratio = Histogram(
+            "tandem_router_ttft_target_ratio",
+            "Every streamed request's TTFT over its own TTFT target (qos.ttft plus "
+            "perPromptToken x its prompt tokens); at most 1 when the target was met.",
+            ["class"],
+            buckets=RATIO_BUCKETS,
+            registry=reg,
+        )
+        self.infeasible = Counter(
+            "tandem_router_requests_infeasible",
+            "Requests no pool size could serve within their class's target, by reason: "
+            "ttft (the prompt's least TTFT is over it), itl (the least ITL seen is over it).",
+            ["class", "reason"],
+            registry=reg,
+        )
+        self.absorbed = Counter(
+            "tandem_router_absorbed_requests",
+            "Requests sent whole to a decode engine, which prefilled them itself, because "
+            "the prefill pool's wait would have overrun their TTFT target.",
+            ["class"],
+            registry=reg,
+        )
+        self.absorbed_tokens = Counter(
+            "tandem_router_absorbed_prompt_tokens",
+            "Prompt tokens of the absorbed requests.",
+            ["class"],
+            registry=reg,
+        )
         reg.register(InflightCollector(pools))
         self._classes: dict[str, ClassMetrics] = {}
 
@@ -149,6 +198,10 @@ class RouterMetrics:
                 itl=self.itl.labels(name),
                 e2e=self.e2e.labels(name),
                 queue_wait=self.queue_wait.labels(name),
+                queueing=self.queueing.labels(name),
+                target_ratio=self.target_ratio.labels(name),
+                absorbed=self.absorbed.labels(name),
+                absorbed_tokens=self.absorbed_tokens.labels(name),
             )
             self._classes[name] = found
         return found

@@ -207,3 +207,21 @@ class StreamEnd:
     def partial(self) -> bool:
         """The stream stopped inside an event (no blank line after its last bytes)."""
         return not self.tail.endswith(b"\n\n")
+
+
+def parse_prompt_tokens(raw: bytes) -> int | None:
+    """``usage.prompt_tokens`` of an engine's answer: the prompt as the engine's tokenizer
+    counted it (``None`` when absent).
+
+    >>> parse_prompt_tokens(b'{"usage": {"prompt_tokens": 1234, "completion_tokens": 1}}')
+    1234
+    """
+    try:
+        answer = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return (
+        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
+    )

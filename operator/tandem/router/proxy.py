@@ -2,9 +2,9 @@
 
 A generation request (completions, chat, Responses) goes: class (header, and the API key
 when the class needs one) → body, read whole under its deadline → admission → parse →
-prefill leg (disaggregated mode, unless the prompt is short or the decode engine must
-judge the body) → decode leg, relayed. Every outcome is counted once in
-``tandem_router_requests_total{class,code}``.
+prefill leg (disaggregated mode, unless the prompt is short, the decode engine must
+judge the body or a decode engine absorbs the request) → decode leg, relayed. Every
+outcome is counted once in ``tandem_router_requests_total{class,code}``.
 
 Every answer carries ``X-Request-Id`` (:func:`request_ids`, a middleware): the client's
 own when it sent a sane one, else a fresh one, also on answers the router makes before
@@ -34,7 +34,7 @@ from tandem.router.classes import (
 )
 from tandem.router.config import RouterConfig
 from tandem.router.keys import parse_bearer
-from tandem.router.legs import Exchange, new_request_id, run_prefill
+from tandem.router.legs import Exchange, absorb, new_request_id, run_prefill
 from tandem.router.relay import run_generation
 from tandem.router.request import CHARS_PER_TOKEN, Kind, parse_request
 from tandem.router.responses import api_error_response, error_response, passthrough_response
@@ -148,11 +148,12 @@ async def handle_generate(request: web.Request, kind: Kind) -> web.StreamRespons
             trace=request_trace(request),
         )
         kv_params = None
-        if (
+        prefill_leg = (
             config.mode == "disaggregated"
             and not parsed.skip_prefill
             and parsed.prompt_tokens >= config.short_prompt_tokens
-        ):
+        )
+        if prefill_leg and not absorb(ex):
             prefill = await run_prefill(ex)
             if isinstance(prefill, Passthrough):
                 code = prefill.status

@@ -29,6 +29,7 @@ import time
 import aiohttp
 from aiohttp import web
 
+from tandem.policy.feasibility import judge_request
 from tandem.router.legs import PATHS, Exchange, choose, note_failure, run_prefill
 from tandem.router.protocol import (
     StreamEnd,
@@ -118,9 +119,12 @@ async def relay_once(
     """One engine's answer to the client; :class:`UpstreamFailure` if nothing was sent yet."""
     router, timeouts = ex.router, ex.config.timeouts
     body = build_decode_body(ex.parsed.body, kv_params, ex.priority)
-    queued_tokens = ex.parsed.prompt_tokens if endpoint.role == "pool" else 0
+    prefills_here = endpoint.role == "pool" or ex.absorber is endpoint
+    queued_tokens = ex.parsed.prompt_tokens if prefills_here else 0
     endpoint.outstanding_requests += 1
     endpoint.outstanding_prompt_tokens += queued_tokens
+    absorbed_tokens = ex.parsed.prompt_tokens if ex.absorber is endpoint else 0
+    endpoint.absorbed_prompt_tokens += absorbed_tokens
     resp: aiohttp.ClientResponse | None = None
     complete = False
     first_s = timeouts.first_token_s
@@ -176,7 +180,8 @@ async def relay_once(
                 delivered=True,
             )
         endpoint.outstanding_prompt_tokens -= queued_tokens
-        queued_tokens = 0
+        endpoint.absorbed_prompt_tokens -= absorbed_tokens
+        queued_tokens = absorbed_tokens = 0
         client, complete = await stream_to_client(ex, request, resp, endpoint, first, content_type)
         failure = None
         if not complete:
@@ -191,6 +196,7 @@ async def relay_once(
         leg.end(None if resp is None else resp.status, failure)
         endpoint.outstanding_requests -= 1
         endpoint.outstanding_prompt_tokens -= queued_tokens
+        endpoint.absorbed_prompt_tokens -= absorbed_tokens
         if resp is not None:
             if complete:
                 resp.release()
@@ -226,8 +232,9 @@ async def stream_to_client(
     ex.code = 499  # until the client has had the whole answer
     await client.prepare(request)
     await client.write(first)
-    now = last = loop.time()
+    now = last = first_s = loop.time()
     ex.class_metrics.ttft.observe(now - ex.arrival_s)
+    account_first_token(ex, now)
     if ex.prefill_done_s is not None:
         ex.router.metrics.kv_handoff.observe(now - ex.prefill_done_s)
     itl = ex.class_metrics.itl
@@ -236,6 +243,8 @@ async def stream_to_client(
     broken: tuple[int, str, str] | None = None
     writing = False
     role = endpoint.role
+    decodes = endpoint.role == "decode"
+    events = first.count(b"data: ")
     try:
         with StallGuard(idle_s, idle_s) as guard:
             while True:
@@ -256,8 +265,11 @@ async def stream_to_client(
                 writing = False
                 now = loop.time()
                 itl.observe(now - last)
+                if decodes:
+                    endpoint.record_gap(now - last)
                 last = now
                 end.feed(chunk)
+                events += chunk.count(b"data: ")
     except StallTimeout:
         if writing:
             cut_client(ex, request, f"it read nothing for {idle_s:g} s")
@@ -286,6 +298,9 @@ async def stream_to_client(
     else:
         endpoint.record_success()
         ex.code = 200
+        tokens = events - 2  # the [DONE] event and the first token's
+        if tokens >= 1 and ex.parsed.kind != "responses":  # one event a token, and [DONE]
+            ex.router.least.observe_tpot((last - first_s) / tokens, last)
     try:
         await client.write_eof()
     except (ConnectionError, aiohttp.ClientConnectionError):
@@ -299,6 +314,24 @@ def cut_client(ex: Exchange, request: web.Request, why: str) -> None:
     ex.code = 499
     if request.transport is not None:
         request.transport.abort()
+
+
+def account_first_token(ex: Exchange, now_s: float) -> None:
+    """Judge a request at its first token (:func:`~tandem.policy.feasibility.judge_request`):
+    count it infeasible, or observe the share of its queueing budget it used; then learn
+    from its service time."""
+    metrics, router = ex.class_metrics, ex.router
+    prompt = ex.prompt_tokens
+    verdict = judge_request(router.least, prompt, now_s - ex.arrival_s, ex.klass.targets, now_s)
+    for reason, infeasible in (("ttft", verdict.ttft_infeasible), ("itl", verdict.itl_infeasible)):
+        if infeasible:
+            router.metrics.infeasible.labels(ex.klass.name, reason).inc()
+    if verdict.queueing_ratio is not None:
+        metrics.queueing.observe(verdict.queueing_ratio)
+    if verdict.target_ratio is not None:
+        metrics.target_ratio.observe(verdict.target_ratio)
+    if ex.dispatch_s is not None:
+        router.least.observe_service(prompt, now_s - ex.dispatch_s, now_s)
 
 
 async def _read_all(resp: aiohttp.ClientResponse, url: str) -> bytes:

@@ -8,7 +8,19 @@ replicas put on it). Scores combine the two; lower is better.
 Power of two choices: compare two engines drawn at random among the healthy ones and
 take the better. It keeps the load spread almost as well as "always the least loaded"
 while never sending a whole burst to the one engine that looked idlest at the last
-scrape (the herd effect of stale load figures).
+scrape (the herd effect of stale load figures). Prefill is the exception: a prompt goes
+to the engine whose queue it would wait least behind (queued prompt tokens over the
+rate one replica prefills), so a long prompt queued on one engine never holds a short
+one behind it while another engine's queue is shorter; the router's own counts are
+exact and bump at once, so a burst still spreads.
+
+**Absorbing a burst** (:func:`pick_absorber`): when the prefill pool's expected wait
+would take a prompt past its TTFT target and a decode engine has inter-token slack, the
+router sends the whole request to that decode engine, which prefills it itself (no
+``kv_transfer_params``: vLLM prefills locally), as a mixed pool does in Splitwise. Its
+streams pay one longer step for it, so the engine must be well inside its ITL target,
+the stall short, and its absorptions spaced by its streams' steps
+(:data:`ABSORB_SLOW_GAP_SHARE`).
 
 Nothing here does I/O or reads a clock: callers pass ``now_s`` and a ``random.Random``.
 """
@@ -16,6 +28,7 @@ Nothing here does I/O or reads a clock: callers pass ``now_s`` and a ``random.Ra
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +45,20 @@ AFFINITY_LOAD_FACTOR = 1.5
 AFFINITY_SLACK_TOKENS = 4096
 #: The same slack for aggregated engines, whose score is in sequences.
 AFFINITY_SLACK_SEQUENCES = 8.0
+#: A decode engine may absorb a prefill while its recent mean token gap is at most this
+#: share of the ITL target: at half, one stalled step in a stream of dozens keeps the
+#: stream's mean gap within target.
+ABSORB_GAP_SHARE = 0.5
+#: The longest prefill a decode engine absorbs, in ITL targets: the step its streams
+#: wait for it (about the prompt over the prefill rate) stays this short.
+ABSORB_MAX_STALL_ITL = 2.0
+#: Of the token gaps the ITL target's percentile lets be slow (a tenth for p90), the
+#: share absorbed prefills may take: a decode engine with streams absorbs again only
+#: after as many of their steps (p90: 19 after each stalled one), so the percentile
+#: stays the streams' own.
+ABSORB_SLOW_GAP_SHARE = 0.5
+#: Weight of each new token gap in a decode engine's recent mean gap.
+GAP_EWMA_WEIGHT = 0.05
 
 
 @dataclass
@@ -62,6 +89,13 @@ class Endpoint:
     """The engine's processed-token counters at the last scrape that had them."""
     progress_s: float = float("-inf")
     """Monotonic time of the last scrape that saw those counters move."""
+    recent_gap_s: float | None = None
+    """Decode engines: a running mean of the token gaps of the streams relayed from it
+    (``None`` before any): how close it runs to the ITL target."""
+    absorbed_prompt_tokens: int = 0
+    """Decode engines: prompt tokens of absorbed requests not yet at their first token."""
+    absorb_free_at_s: float = 0.0
+    """Decode engines: monotonic time before which it absorbs no other prefill."""
 
     def healthy(self, now_s: float) -> bool:
         return self.scrape_ok and now_s >= self.ejected_until_s
@@ -109,6 +143,19 @@ class Endpoint:
         """Requests in a scraped count that other routers sent (never negative)."""
         return max(0.0, (scraped or 0.0) - self.requests_at_scrape)
 
+    @property
+    def streaming(self) -> bool:
+        """Decode engines: whether it has sequences whose tokens an absorbed prefill would
+        hold up (this router's outstanding requests, or running ones at the last scrape)."""
+        return self.outstanding_requests > 0 or bool(self.scraped_running)
+
+    def record_gap(self, gap_s: float) -> None:
+        """A token gap of a stream from this engine."""
+        if self.recent_gap_s is None:
+            self.recent_gap_s = gap_s
+        else:
+            self.recent_gap_s += GAP_EWMA_WEIGHT * (gap_s - self.recent_gap_s)
+
 
 def compute_prefill_score(endpoint: Endpoint, mean_prompt_tokens: float) -> float:
     """Outstanding prompt tokens: this router's exact count plus other routers' queue.
@@ -121,6 +168,19 @@ def compute_prefill_score(endpoint: Endpoint, mean_prompt_tokens: float) -> floa
     """
     foreign = endpoint.foreign(endpoint.scraped_waiting)
     return endpoint.outstanding_prompt_tokens + foreign * mean_prompt_tokens
+
+
+def compute_prefill_wait_s(
+    endpoint: Endpoint, mean_prompt_tokens: float, tokens_per_s: float
+) -> float:
+    """Expected wait before a new prompt starts prefilling: queued prompt tokens
+    (:func:`compute_prefill_score`) over the rate one replica prefills.
+
+    >>> e = Endpoint("http://a", "prefill", outstanding_prompt_tokens=30_000)
+    >>> compute_prefill_wait_s(e, 1_000, 25_000)
+    1.2
+    """
+    return compute_prefill_score(endpoint, mean_prompt_tokens) / max(tokens_per_s, 1e-9)
 
 
 def compute_decode_score(endpoint: Endpoint) -> float:
@@ -200,6 +260,17 @@ def pick_scored(
     return pick_two_choices(pool, scores, rng)
 
 
+def pick_least(
+    pool: Sequence[Endpoint], scores: dict[str, float], rng: random.Random
+) -> Endpoint | None:
+    """The lowest-scored endpoint, ties broken at random."""
+    if not pool:
+        return None
+    best = min(scores[e.url] for e in pool)
+    tied = [e for e in pool if scores[e.url] <= best]
+    return tied[0] if len(tied) == 1 else rng.choice(tied)
+
+
 def pick_prefill(
     endpoints: Sequence[Endpoint],
     *,
@@ -209,10 +280,114 @@ def pick_prefill(
     affinity_key: bytes | None = None,
     exclude: frozenset[str] = frozenset(),
 ) -> Endpoint | None:
-    """The prefill engine for a prompt: its affine engine if not overloaded, else P2C."""
+    """The prefill engine for a prompt: its affine engine if not overloaded, else the
+    one it would wait least behind (the least queued prompt tokens; every replica of a
+    pool prefills at the same rate)."""
     pool = candidates(endpoints, now_s, exclude)
     scores = {e.url: compute_prefill_score(e, mean_prompt_tokens) for e in pool}
-    return pick_scored(pool, scores, rng, affinity_key, AFFINITY_SLACK_TOKENS)
+    if affinity_key is not None and len(pool) > 1:
+        return pick_scored(pool, scores, rng, affinity_key, AFFINITY_SLACK_TOKENS)
+    return pick_least(pool, scores, rng)
+
+
+def pick_absorber(
+    prefill: Sequence[Endpoint],
+    decode: Sequence[Endpoint],
+    *,
+    prompt_tokens: int,
+    now_s: float,
+    mean_prompt_tokens: float,
+    tokens_per_s: float | None,
+    ttft_target_s: float | None,
+    itl_target_s: float | None,
+) -> Endpoint | None:
+    """A decode engine to prefill this prompt itself, or ``None`` to use the prefill pool.
+
+    Only when the prefill pool's least expected wait plus the prompt's own prefill would
+    pass its TTFT target, and a healthy decode engine has no queue, runs at most
+    :data:`ABSORB_GAP_SHARE` of the ITL target, is free to absorb (:data:`ABSORB_DUTY`)
+    and would give the first token sooner (its own absorbed prompts ahead of this one),
+    for a prompt whose prefill stalls its streams at most :data:`ABSORB_MAX_STALL_ITL`
+    ITL targets. Of those, the least loaded. An engine without streams has none to
+    stall: only its own absorbed prompts ahead of this one count.
+
+    Worked example: prefill engines 30k and 45k tokens behind at 25k tok/s, a 2,000-token
+    prompt, target 1 s: 1.2 + 0.08 s > 1 s. A decode engine at 15 ms a token under a
+    50 ms target (p90), nothing absorbed: stall 0.08 s <= 0.1 s, first token in about
+    0.08 s: absorbed; it absorbs again 0.08 + 19 x 0.015 = 0.365 s later at the earliest.
+    """
+    via_prefill_s = compute_prefill_overrun_s(
+        prefill,
+        prompt_tokens=prompt_tokens,
+        now_s=now_s,
+        mean_prompt_tokens=mean_prompt_tokens,
+        tokens_per_s=tokens_per_s,
+        ttft_target_s=ttft_target_s,
+        itl_target_s=itl_target_s,
+    )
+    if via_prefill_s is None or not tokens_per_s or not itl_target_s:
+        return None
+    fit = [
+        e
+        for e in decode
+        if e.healthy(now_s)
+        and now_s >= e.absorb_free_at_s
+        and not e.scraped_waiting
+        and (
+            not e.streaming
+            or e.recent_gap_s is None
+            or e.recent_gap_s <= ABSORB_GAP_SHARE * itl_target_s
+        )
+        and (e.absorbed_prompt_tokens + prompt_tokens) / tokens_per_s < via_prefill_s
+    ]
+    if not fit:
+        return None
+    return min(fit, key=compute_decode_score)
+
+
+def compute_prefill_overrun_s(
+    prefill: Sequence[Endpoint],
+    *,
+    prompt_tokens: int,
+    now_s: float,
+    mean_prompt_tokens: float,
+    tokens_per_s: float | None,
+    ttft_target_s: float | None,
+    itl_target_s: float | None,
+) -> float | None:
+    """The expected first token through the prefill pool (its least expected wait plus the
+    prompt's own prefill), when it passes the TTFT target and the prompt is short enough
+    for a decode engine to absorb (``None`` otherwise: no decode engine need be looked at).
+    """
+    if not tokens_per_s or not ttft_target_s or not itl_target_s:
+        return None
+    stall_s = prompt_tokens / tokens_per_s
+    if stall_s > ABSORB_MAX_STALL_ITL * itl_target_s:
+        return None
+    pool = [e for e in prefill if e.healthy(now_s)]
+    if not pool:
+        return None
+    wait_s = min(compute_prefill_wait_s(e, mean_prompt_tokens, tokens_per_s) for e in pool)
+    return wait_s + stall_s if wait_s + stall_s > ttft_target_s else None
+
+
+def compute_absorb_free_at_s(
+    endpoint: Endpoint, now_s: float, prompt_tokens: int, tokens_per_s: float, itl_percentile: int
+) -> float:
+    """When a decode engine that absorbs this prompt now may absorb the next: after the
+    prompt's prefill and as many of its streams' steps as keep absorbed prefills to
+    :data:`ABSORB_SLOW_GAP_SHARE` of the gaps the ITL percentile lets be slow. At once
+    when it has no streams to stall.
+
+    >>> e = Endpoint("http://d", "decode", outstanding_requests=30, recent_gap_s=0.015)
+    >>> round(compute_absorb_free_at_s(e, 10.0, 2_000, 25_000.0, 90), 3)
+    10.365
+    """
+    if not endpoint.streaming or endpoint.recent_gap_s is None:
+        return now_s
+    slow = (1.0 - itl_percentile / 100.0) * ABSORB_SLOW_GAP_SHARE
+    steps = max(math.ceil(1.0 / slow - 1e-9) - 1, 0) if slow > 0 else 0
+    return now_s + prompt_tokens / tokens_per_s + steps * endpoint.recent_gap_s
 
 
 def pick_decode(

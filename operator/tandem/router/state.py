@@ -14,6 +14,7 @@ import random
 
 import aiohttp
 
+from tandem.policy.feasibility import LeastLatency
 from tandem.router.classes import Admission
 from tandem.router.config import RouterConfig
 from tandem.router.keys import ClassKeys
@@ -36,6 +37,8 @@ class Router:
         self.prompt_sizes = PromptSizes()
         self.metrics = RouterMetrics(lambda: self.pools.values())
         self.rng = random.Random(seed)
+        self.least = LeastLatency(declared_tokens_per_s=config.prefill_tokens_per_s)
+        """The least TTFT and ITL any pool size could give, learned from the requests."""
         self._session: aiohttp.ClientSession | None = None
         self._changed = asyncio.Event()
         self._timeout = self._client_timeout(config)
@@ -70,6 +73,7 @@ class Router:
         if config != self.config:
             log.info("router config updated: mode=%s classes=%s", config.mode, config.classes)
         self.config = config
+        self.least.declared_tokens_per_s = config.prefill_tokens_per_s
         self._timeout = self._client_timeout(config)
 
     def set_pool_urls(self, role: str, urls: list[str]) -> None:

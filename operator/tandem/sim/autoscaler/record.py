@@ -36,6 +36,11 @@ def _latency(data: Mapping[str, Any] | None) -> LatencyObservation | None:
         error_requests_per_s=data.get("error_requests_per_s"),
         ttft_mean_s=data.get("ttft_mean_s"),
         itl_mean_s=data.get("itl_mean_s"),
+        queueing_ratio={int(k): float(v) for k, v in data.get("queueing_ratio", {}).items()},
+        feasible_requests=data.get("feasible_requests"),
+        infeasible_requests={
+            str(k): float(v) for k, v in data.get("infeasible_requests", {}).items()
+        },
     )
 
 
@@ -56,6 +61,8 @@ def observation_from_dict(data: Mapping[str, Any]) -> Observation:
         pools={role: _pool(p) for role, p in data["pools"].items()},
         latency_by_class={cls: v for cls, v in latency.items() if v is not None},
         arrival_prompt_tokens_per_s=data.get("arrival_prompt_tokens_per_s"),
+        absorbed_requests_per_s=float(data.get("absorbed_requests_per_s", 0.0)),
+        absorbed_prompt_tokens_per_s=float(data.get("absorbed_prompt_tokens_per_s", 0.0)),
         errors=tuple(data.get("errors", ())),
         empty_queries=tuple(data.get("empty_queries", ())),
     )

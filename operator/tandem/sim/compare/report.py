@@ -6,7 +6,9 @@ The JSON shape is a contract (``tandem simulate --json``)::
      "policies": {NAME: {"attainment": ..., "gpu_hours": ..., "ttft_p90_s": ...,
                          "itl_p90_s": ...}, ...}}
 
-with Tandem's policy under ``tandem``; more fields are added beside those (per-pool
+with Tandem's policy under ``tandem``; more fields are added beside those
+(``attainment_feasible``: the attainment over requests some fleet size could serve in
+time, ``infeasible_requests``: how many could not, ``absorbed_requests``; per-pool
 GPU-hours, goodput, other percentiles, counts, peaks, run time). Numbers that do not
 exist (a percentile of nothing) are ``null``.
 """
@@ -42,6 +44,9 @@ def build_report(
             "gpu_hours": r.gpu_hours,
             "ttft_p90_s": _num(r.ttft_p90_s),
             "itl_p90_s": _num(r.itl_p90_s),
+            "attainment_feasible": r.attainment_feasible,
+            "infeasible_requests": r.infeasible,
+            "absorbed_requests": r.absorbed,
             "gpu_hours_vs_oracle": r.gpu_hours / oracle.gpu_hours if oracle.gpu_hours else None,
             "gpu_hours_by_pool": dict(r.gpu_hours_by_pool),
             "goodput_rps": r.goodput_rps,
@@ -89,12 +94,15 @@ def _fmt_s(value: float) -> str:
 
 
 def format_table(oracle: Oracle, results: Mapping[str, RunResult]) -> str:
-    """The terminal summary: one row per policy, then the oracle."""
+    """The terminal summary: one row per policy, then the oracle. ``feasible`` is the
+    attainment over the requests some fleet size could serve in time; ``infeasible``
+    counts the others."""
     roles = list(oracle.pools)
     peak_head = "/".join(r[0].upper() for r in roles) if len(roles) > 1 else "peak"
     head = (
         f"{'policy':<11}{'attain':>8}{'GPU-h':>9}{'÷oracle':>9}{'TTFT p90':>10}"
         f"{'ITL p90':>9}{'goodput/s':>11}  {'peak ' + peak_head:<12}{'failed':>7}"
+        f"{'feasible':>10}{'infeasible':>11}"
     )
     lines = [head, "-" * len(head)]
     for name, r in results.items():
@@ -104,7 +112,7 @@ def format_table(oracle: Oracle, results: Mapping[str, RunResult]) -> str:
         lines.append(
             f"{name:<11}{r.attainment * 100:>7.2f}%{r.gpu_hours:>9.2f}{ratio:>8.2f}x"
             f"{_fmt_s(r.ttft_p90_s):>10}{_fmt_s(r.itl_p90_s):>9}{r.goodput_rps:>11.2f}  "
-            f"{peaks:<12}{failed:>7}"
+            f"{peaks:<12}{failed:>7}{r.attainment_feasible * 100:>9.2f}%{r.infeasible:>11}"
         )
     peaks = "/".join(str(oracle.peak_replicas[r]) for r in roles)
     lines.append(

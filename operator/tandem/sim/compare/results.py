@@ -1,8 +1,14 @@
 """What a run achieved: SLO attainment, goodput, latency percentiles, GPU-hours. Pure.
 
 * A request **meets the SLO** when it completed and met its class's targets
-  (:func:`~tandem.report.stats.meets_targets`). **Attainment** is the share of
-  requests that meet it (invalid requests, whose prompt exceeds the context, excluded).
+  (:func:`~tandem.report.stats.meets_targets`: its TTFT within the TTFT target plus
+  ``perPromptToken`` x its prompt tokens, its mean token gap within the ITL target).
+  **Attainment** is the share of requests that meet it (invalid requests, whose prompt
+  exceeds the context, excluded).
+* A request is **infeasible** when no fleet size could meet its targets: alone on idle
+  engines of the fleet's pools its first token comes after its TTFT target, or a decode
+  step of it alone exceeds the ITL target (:mod:`tandem.sim.fleet.least`).
+  **Feasible attainment** is the attainment over the other requests.
 * **Goodput**: requests (and output tokens) per second that met the SLO, over the
   trace's span.
 * **TTFT percentiles** are over completed requests; **ITL percentiles** over every
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 
 from tandem.api.vocab import PoolRole
 from tandem.report.stats import meets_targets, percentile, weighted_percentiles
+from tandem.sim.fleet.least import LeastLatencies
 from tandem.sim.fleet.requests import COMPLETED, INVALID, REJECTED
 from tandem.sim.fleet.simulation import Simulation
 
@@ -52,6 +59,12 @@ class RunResult:
     invalid: int
     met: int
     attainment: float
+    infeasible: int
+    """Requests no fleet size could serve within their targets (invalid ones aside)."""
+    attainment_feasible: float
+    """Share of the feasible requests that met both targets."""
+    absorbed: int
+    """Requests a decode pod prefilled itself (a prefill burst absorbed)."""
     goodput_rps: float
     goodput_tokens_per_s: float
     ttft_p50_s: float
@@ -76,17 +89,30 @@ def summarize(sim: Simulation, policy: str) -> RunResult:
     first = sim.options.first_measured
     n = len(t) - first
     targets = {name: sim.plan.targets_for(name) for name in set(t.klass)}
+    least = LeastLatencies(sim.plan)
     ttfts: list[float] = []
-    met = completed = rejected = aborted = invalid = 0
+    met = completed = rejected = aborted = invalid = infeasible = met_infeasible = 0
     met_tokens = 0
     for i in range(first, len(t)):
         outcome = t.outcome[i]
+        target = targets[t.klass[i]]
+        ttft_target = target.ttft_for(t.prompt_tokens[i])
+        feasible = outcome == INVALID or (
+            (ttft_target is None or least.ttft_s(t.prompt_tokens[i]) < ttft_target)
+            and (
+                target.itl_s is None
+                or t.output_tokens[i] < 2
+                or least.itl_s(t.prompt_tokens[i], t.output_tokens[i]) <= target.itl_s
+            )
+        )
+        infeasible += not feasible
         if outcome == COMPLETED:
             completed += 1
             ttft = t.first_token_s[i] - t.arrival_s[i]
             ttfts.append(ttft)
-            if meets_targets(ttft, t.tpot_s[i], targets[t.klass[i]]):
+            if meets_targets(ttft, t.tpot_s[i], target, t.prompt_tokens[i]):
                 met += 1
+                met_infeasible += not feasible
                 met_tokens += t.output_tokens[i]
         elif outcome == REJECTED:
             rejected += 1
@@ -116,6 +142,9 @@ def summarize(sim: Simulation, policy: str) -> RunResult:
         invalid=invalid,
         met=met,
         attainment=met / max(n - invalid, 1),
+        infeasible=infeasible,
+        attainment_feasible=(met - met_infeasible) / max(n - invalid - infeasible, 1),
+        absorbed=sum(t.absorbed[first:]),
         goodput_rps=met / span,
         goodput_tokens_per_s=met_tokens / span,
         ttft_p50_s=percentile(ttfts, 0.5),

@@ -276,3 +276,11 @@ def validate_policies(names: Sequence[str]) -> list[str]:
         if name not in out:
             out.append(name)
     return out
+
+
+def run_autoscaler(
+    name: str, autoscaler: Autoscaler | None, scenario: Scenario
+) -> tuple[RunResult, Simulation]:
+    """Simulate any autoscaler (a variant of a policy, say) on the scenario's trace, with
+    the fleet and start of the dynamic policies; ``name`` labels the result."""
+    return _simulate(name, autoscaler, scenario)

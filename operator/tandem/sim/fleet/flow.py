@@ -6,7 +6,12 @@ prefill pod the router's selection picks (``max_tokens=1``, KV held for a remote
 decode), then to a decode pod, whose engine allocates blocks, pulls the KV (bytes /
 link bandwidth), recomputes the last prompt token and streams the answer; the prefill
 pod frees its copy when the pull completes. The client's first token is the decode
-pod's first token, as in vLLM's NIXL flow. Aggregated: one leg on one pod.
+pod's first token, as in vLLM's NIXL flow, and the router judges the request there as
+the real router does (:mod:`tandem.policy.feasibility`). When the prefill pool's wait
+would overrun a prompt's TTFT target and a decode pod has inter-token slack, the
+router's :func:`~tandem.router.selection.pick_absorber` sends it whole to that decode
+pod instead, which prefills it itself (a burst absorbed). Aggregated: one leg on one
+pod.
 
 An engine is stepped whenever its previous iteration ends: the iteration's effects are
 handled at its end time (tokens, finishes, hand-offs), and the next starts at once.
@@ -56,6 +61,8 @@ class Flow:
         self.klass = plan.router.default_class
         self.priority = plan.class_priority.get(self.klass, 0)
         self.counters = router.classes[self.klass]
+        self.targets = plan.targets_for(self.klass)
+        self.absorbs = self.first_role == "prefill" and plan.router.absorb_bursts
         self.leg_start_s = [0.0] * len(table)
         """When each request was sent to the engine of its current leg."""
         self.waiting: dict[str, dict[int, float]] = {r: {} for r in ("prefill", "decode", "pool")}
@@ -87,8 +94,21 @@ class Flow:
         else:
             self.router.inflight += 1
             self.router.prompt_sizes.add(prompt)
-            events.extend(self.dispatch(now, i, self.first_role))
+            absorber = self._absorber(now, prompt, events) if self.absorbs else None
+            if absorber is not None:
+                events.extend(self._send(now, i, absorber, absorbed=True))
+            else:
+                events.extend(self.dispatch(now, i, self.first_role))
         return events
+
+    def _absorber(self, now: float, prompt: int, events: list[NewEvent]) -> Pod | None:
+        """A decode pod to prefill ``prompt`` itself, if the prefill pool would serve it
+        past its target; decode pods are caught up first only then (their recent token
+        gaps decide)."""
+        if not self.router.prefill_overruns(prompt, now, self.targets):
+            return None
+        events.extend(self.catchup.all(now, ("decode",)))
+        return self.router.choose_absorber(self.klass, prompt, now, self.targets)
 
     def dispatch(self, now: float, i: int, role: PoolRole) -> list[NewEvent]:
         """Send request ``i`` to a ``role`` pod, or hold it until one is ready."""
@@ -102,29 +122,36 @@ class Flow:
         events.extend(self._send(now, i, pod))
         return events
 
-    def _send(self, now: float, i: int, pod: Pod) -> Sequence[NewEvent]:
+    def _send(self, now: float, i: int, pod: Pod, *, absorbed: bool = False) -> Sequence[NewEvent]:
         table = self.table
         prompt = table.prompt_tokens[i]
         ep = pod.endpoint
         rid = str(i)
+        if math.isnan(table.dispatch_s[i]):
+            table.dispatch_s[i] = now
         if pod.role == "prefill":
             req = EngineRequest(rid, prompt, 1, self.priority, hold_kv_for_remote=True)
             ep.outstanding_prompt_tokens += prompt
             table.prefill_pod[i] = pod.number
-        elif pod.role == "decode":
+        elif pod.role == "decode" and not absorbed:
             out = table.output_tokens[i]
             req = EngineRequest(rid, prompt, out, self.priority, remote_kv=RemoteKV(prompt))
             table.decode_pod[i] = pod.number
-        else:
+        else:  # aggregated, or absorbed: the pod prefills the prompt itself
             req = EngineRequest(rid, prompt, table.output_tokens[i], self.priority)
             ep.outstanding_prompt_tokens += prompt
             table.decode_pod[i] = pod.number
+            if absorbed:
+                table.absorbed[i] = True
+                ep.absorbed_prompt_tokens += prompt
         events = self.catchup.wake(pod, now) if pod.lazy else []
         try:
             pod.engine.add_request(req, now)
         except ValueError:
-            if pod.role == "prefill":
+            if pod.role != "decode" or absorbed:
                 ep.outstanding_prompt_tokens -= prompt
+            if absorbed:
+                ep.absorbed_prompt_tokens -= prompt
             self.router.inflight -= 1
             self._end(i, now, INVALID, "400")
             events.extend(self._release_prefill(now, i) if pod.role == "decode" else ())
@@ -209,10 +236,13 @@ class Flow:
         router_itl, pod_itl = self.counters.itl, pod.itl
         rb, rc, pb, pc = router_itl.bounds, router_itl.counts, pod_itl.bounds, pod_itl.counts
         total = 0.0
+        record_gap = pod.endpoint.record_gap if pod.role == "decode" else None
         for gap in gaps:
             rc[bisect_left(rb, gap)] += n
             pc[bisect_left(pb, gap)] += n
             total += gap
+            if record_gap is not None:
+                record_gap(gap)
         router_itl.total += total * n
         pod_itl.total += total * n
         self.gaps_s.extend(gaps)
@@ -222,6 +252,7 @@ class Flow:
         """Tokens reached clients: TTFT, inter-token gaps, finished answers."""
         counters = self.counters
         n = r.continuing
+        decodes = pod.role == "decode"
         if n:
             gap = r.gap_s
             for hist in (counters.itl, pod.itl):
@@ -229,11 +260,15 @@ class Flow:
                 hist.total += gap * n
             self.gaps_s.append(gap)
             self.gap_counts.append(n)
+            if decodes:
+                pod.endpoint.record_gap(gap)
         for g in r.other_gaps_s:
             counters.itl.observe(g)
             pod.itl.observe(g)
             self.gaps_s.append(g)
             self.gap_counts.append(1)
+            if decodes:
+                pod.endpoint.record_gap(g)
         table = self.table
         if r.first_tokens:
             for rid in r.first_tokens:
@@ -241,12 +276,23 @@ class Flow:
                 table.first_token_s[i] = now
                 counters.ttft.observe(now - table.arrival_s[i])
                 pod.ttft.observe(now - self.leg_start_s[i])
-                if pod.role == "pool":
+                self.router.record_first_token(
+                    self.klass,
+                    self.targets,
+                    table.prompt_tokens[i],
+                    now - table.arrival_s[i],
+                    now - table.dispatch_s[i],
+                    now,
+                )
+                if pod.role == "pool" or table.absorbed[i]:
                     pod.endpoint.outstanding_prompt_tokens -= table.prompt_tokens[i]
+                if table.absorbed[i]:
+                    pod.endpoint.absorbed_prompt_tokens -= table.prompt_tokens[i]
         if not r.finished:
             return []
         events: list[NewEvent] = []
         ep = pod.endpoint
+        least = self.router.least
         for fin in r.finished:
             i = int(fin.request_id)
             ep.outstanding_requests -= 1
@@ -255,6 +301,8 @@ class Flow:
             if fin.finish_reason in _OK:
                 tpot = fin.tpot_s
                 table.tpot_s[i] = NAN if tpot is None else tpot
+                if tpot is not None:
+                    least.observe_tpot(tpot, now)
                 self._end(i, now, COMPLETED, "200")
             else:
                 self._end(i, now, ABORTED, "500")
@@ -330,8 +378,11 @@ class Flow:
             if pod.role == "prefill" and (table.decode_pod[i] >= 0 or i in handed_off):
                 continue  # its KV was handed off; the decode side carries on
             ep.outstanding_requests -= 1
-            if pod.role == "prefill" or (pod.role == "pool" and math.isnan(table.first_token_s[i])):
+            prefilling = pod.role == "pool" or table.absorbed[i]
+            if pod.role == "prefill" or (prefilling and math.isnan(table.first_token_s[i])):
                 ep.outstanding_prompt_tokens -= table.prompt_tokens[i]
+                if table.absorbed[i]:
+                    ep.absorbed_prompt_tokens -= table.prompt_tokens[i]
             self.router.inflight -= 1
             self._end(i, now, ABORTED, "500")
             if pod.role == "decode":

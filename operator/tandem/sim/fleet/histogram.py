@@ -32,6 +32,13 @@ ROUTER_ITL_BUCKETS_S = (
 )  # fmt: skip
 
 
+#: The router's ratio histograms (``tandem_router_ttft_queueing_ratio``, ``..._target_ratio``).
+ROUTER_RATIO_BUCKETS = (
+    0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0,
+    2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 20.0, 50.0,
+)  # fmt: skip
+
+
 class BucketCounter:
     """Observation counts per bucket (not cumulative until :meth:`histogram`) and a sum."""
 

@@ -38,8 +38,10 @@ class RequestTable:
     """Per-request columns, indexed by request number (arrival order)."""
 
     __slots__ = (
+        "absorbed",
         "arrival_s",
         "decode_pod",
+        "dispatch_s",
         "finish_s",
         "finishes",
         "first_token_s",
@@ -57,6 +59,8 @@ class RequestTable:
         self.prompt_tokens = [r.prompt_tokens for r in requests]
         self.output_tokens = [r.output_tokens for r in requests]
         self.klass = [klass] * n
+        self.dispatch_s = [NAN] * n
+        """When the router sent the request's first leg to an engine."""
         self.first_token_s = [NAN] * n
         """When the client got its first token (the router relayed it)."""
         self.finish_s = [NAN] * n
@@ -68,6 +72,8 @@ class RequestTable:
         self.prefill_pod: list[int] = [-1] * n
         """Pod number that ran the prefill (-1: none)."""
         self.decode_pod: list[int] = [-1] * n
+        self.absorbed = [False] * n
+        """A decode pod prefilled the request itself (a burst absorbed)."""
 
     def __len__(self) -> int:
         return len(self.arrival_s)

@@ -1,15 +1,19 @@
 """The simulated router: admission, endpoint choice, and the latency users feel. Pure.
 
 Endpoint choice is the real router's own code (:mod:`tandem.router.selection`:
-least outstanding prompt tokens for prefill, KV usage and outstanding sequences for
-decode, power of two choices) over :class:`~tandem.router.selection.Endpoint` objects
+the least expected wait, queued prompt tokens, for prefill; KV usage and outstanding
+sequences for decode, power of two choices) over :class:`~tandem.router.selection.Endpoint` objects
 kept up to date the way the router keeps them: exact outstanding counts per request,
 and engine gauges refreshed at its scrape interval (1 s). Admission bounds in-flight
 requests by ``maxInflight`` x router replicas, modelled as one logical router.
 
 The router's histograms (TTFT and inter-token latency per priority class, requests by
-class and status code) are what the operator prefers as latency signals; the
-simulator samples them into the same :class:`~tandem.observe.parse.RouterSample`.
+class and status code, and its feasibility accounting: the least latencies learned by
+:class:`~tandem.policy.feasibility.LeastLatency`, the requests counted infeasible and
+the queueing ratio of the others) are what the operator prefers as latency signals; the
+simulator samples them into the same :class:`~tandem.observe.parse.RouterSample`. When
+the prefill pool's wait would overrun a prompt's target, the real router's
+:func:`~tandem.router.selection.pick_absorber` may send it whole to a decode pod.
 """
 
 from __future__ import annotations
@@ -20,32 +24,71 @@ from collections.abc import Sequence
 
 from tandem.api.vocab import PoolRole
 from tandem.observe.parse import ClassSample, RouterSample
+from tandem.policy.config import LatencyTargets
+from tandem.policy.feasibility import LeastLatency, judge_request
 from tandem.router.pools import PromptSizes
-from tandem.router.selection import Endpoint, pick_decode, pick_pool, pick_prefill
-from tandem.sim.fleet.histogram import ROUTER_ITL_BUCKETS_S, ROUTER_TTFT_BUCKETS_S, BucketCounter
+from tandem.router.selection import (
+    Endpoint,
+    compute_absorb_free_at_s,
+    compute_prefill_overrun_s,
+    pick_absorber,
+    pick_decode,
+    pick_pool,
+    pick_prefill,
+)
+from tandem.sim.fleet.histogram import (
+    ROUTER_ITL_BUCKETS_S,
+    ROUTER_RATIO_BUCKETS,
+    ROUTER_TTFT_BUCKETS_S,
+    BucketCounter,
+)
 from tandem.sim.fleet.pod import Pod
 
 
 class ClassCounters:
     """One priority class's router histograms and request counts."""
 
-    __slots__ = ("codes", "itl", "ttft")
+    __slots__ = (
+        "absorbed",
+        "absorbed_tokens",
+        "codes",
+        "infeasible",
+        "itl",
+        "queueing",
+        "target_ratio",
+        "ttft",
+    )
 
     def __init__(self) -> None:
         self.ttft = BucketCounter(ROUTER_TTFT_BUCKETS_S)
         self.itl = BucketCounter(ROUTER_ITL_BUCKETS_S)
+        self.queueing = BucketCounter(ROUTER_RATIO_BUCKETS)
+        """Queueing ratio of requests that could meet their TTFT target."""
+        self.target_ratio = BucketCounter(ROUTER_RATIO_BUCKETS)
         self.codes: Counter[str] = Counter()
         """HTTP status code -> requests answered."""
+        self.infeasible: Counter[str] = Counter()
+        """Reason -> requests no pool size could serve within target."""
+        self.absorbed = 0
+        self.absorbed_tokens = 0
 
 
 class SimRouter:
     """One logical router in front of the pools."""
 
-    def __init__(self, max_inflight: int, seed: int, classes: Sequence[str]) -> None:
+    def __init__(
+        self,
+        max_inflight: int,
+        seed: int,
+        classes: Sequence[str],
+        prefill_tokens_per_s: float | None = None,
+    ) -> None:
         self.max_inflight = max_inflight
         self.inflight = 0
         self.rng = random.Random(seed)
         self.prompt_sizes = PromptSizes()
+        self.least = LeastLatency(declared_tokens_per_s=prefill_tokens_per_s)
+        """The least TTFT and ITL, learned as the router learns them."""
         self.pools: dict[PoolRole, list[Pod]] = {"prefill": [], "decode": [], "pool": []}
         """Serving pods by role, in the order they became ready."""
         self.classes = {name: ClassCounters() for name in classes}
@@ -92,6 +135,72 @@ class SimRouter:
             )
         return None if chosen is None else self._by_url[chosen.url]
 
+    def prefill_overruns(self, prompt_tokens: int, now_s: float, targets: LatencyTargets) -> bool:
+        """Whether the prefill pool would serve this prompt past its TTFT target, for a
+        prompt short enough to absorb (:func:`compute_prefill_overrun_s`)."""
+        return (
+            compute_prefill_overrun_s(
+                [p.endpoint for p in self.pools["prefill"]],
+                prompt_tokens=prompt_tokens,
+                now_s=now_s,
+                mean_prompt_tokens=self.prompt_sizes.mean_tokens,
+                tokens_per_s=self.least.prefill_tokens_per_s(now_s),
+                ttft_target_s=targets.ttft_for(prompt_tokens),
+                itl_target_s=targets.itl_s,
+            )
+            is not None
+        )
+
+    def choose_absorber(
+        self, klass: str, prompt_tokens: int, now_s: float, targets: LatencyTargets
+    ) -> Pod | None:
+        """The decode pod the real router's :func:`pick_absorber` gives this prompt, with
+        its absorption counted (``None``: prefill it on the prefill pool). The caller has
+        brought decode pods up to ``now_s`` (their recent token gaps)."""
+        rate = self.least.prefill_tokens_per_s(now_s)
+        chosen = pick_absorber(
+            [p.endpoint for p in self.pools["prefill"]],
+            [p.endpoint for p in self.pools["decode"]],
+            prompt_tokens=prompt_tokens,
+            now_s=now_s,
+            mean_prompt_tokens=self.prompt_sizes.mean_tokens,
+            tokens_per_s=rate,
+            ttft_target_s=targets.ttft_for(prompt_tokens),
+            itl_target_s=targets.itl_s,
+        )
+        if chosen is None or rate is None:
+            return None
+        chosen.absorb_free_at_s = compute_absorb_free_at_s(
+            chosen, now_s, prompt_tokens, rate, targets.itl_percentile
+        )
+        counters = self.classes[klass]
+        counters.absorbed += 1
+        counters.absorbed_tokens += prompt_tokens
+        return self._by_url[chosen.url]
+
+    def record_first_token(
+        self,
+        klass: str,
+        targets: LatencyTargets,
+        prompt_tokens: int,
+        ttft_s: float,
+        service_s: float,
+        now_s: float,
+    ) -> None:
+        """The real router's accounting at a first token (:mod:`tandem.router.relay`):
+        judge the request, count it, and learn from its service time."""
+        counters, least = self.classes[klass], self.least
+        verdict = judge_request(least, prompt_tokens, ttft_s, targets, now_s)
+        if verdict.ttft_infeasible:
+            counters.infeasible["ttft"] += 1
+        if verdict.itl_infeasible:
+            counters.infeasible["itl"] += 1
+        if verdict.queueing_ratio is not None:
+            counters.queueing.observe(verdict.queueing_ratio)
+        if verdict.target_ratio is not None:
+            counters.target_ratio.observe(verdict.target_ratio)
+        least.observe_service(prompt_tokens, service_s, now_s)
+
     def refresh(self) -> None:
         """The router's periodic scrape of every serving engine's gauges."""
         for members in self.pools.values():
@@ -108,7 +217,13 @@ class SimRouter:
             at_s=at_s,
             classes={
                 name: ClassSample(
-                    ttft=c.ttft.histogram(), itl=c.itl.histogram(), requests_by_code=dict(c.codes)
+                    ttft=c.ttft.histogram(),
+                    itl=c.itl.histogram(),
+                    requests_by_code=dict(c.codes),
+                    queueing=c.queueing.histogram(),
+                    infeasible_by_reason=dict(c.infeasible),
+                    absorbed_requests=float(c.absorbed),
+                    absorbed_prompt_tokens=float(c.absorbed_tokens),
                 )
                 for name, c in self.classes.items()
             },

@@ -86,7 +86,10 @@ class Simulation:
         self.table = RequestTable(requests, plan.router.default_class)
         self.fleet = Fleet(plan)
         self.router = SimRouter(
-            plan.max_inflight, options.seed, [c.name for c in plan.router.classes]
+            plan.max_inflight,
+            options.seed,
+            [c.name for c in plan.router.classes],
+            plan.router.prefill_tokens_per_s,
         )
         self.flow = Flow(plan, self.table, self.fleet, self.router)
         self.sampler = MetricsSampler()
