@@ -44,9 +44,9 @@ def test_a_pinned_head_stays_the_same() -> None:
     # this pins the first requests so a change of the generator is a deliberate one.
     head = generate_trace(family_member("long30"), 1, 60.0)[:3]
     assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in head] == [
-        (0.0, 544, 7),
-        (0.312, 31565, 184),
-        (0.617, 22498, 738),
+        (0.0, 38070, 352),
+        (0.623, 424, 308),
+        (1.232, 50204, 629),
     ]
 
 

@@ -4,8 +4,9 @@ stress what the Azure traces do not. Pure data.
 Six members span the axes between them (long-context share 0 to 30 %, diurnal swings,
 bursts, a shifting prompt/output mix, multi-turn prefix reuse); ``bench/autoscale.py``
 replays each next to the Azure traces, and ``tandem trace generate --kind NAME`` writes
-one. Rates are a few requests per second at scale 1 (the bench scales each to the same
-rule); none of these numbers was fitted to a policy.
+one. Rates are about one request per second at scale 1 (the bench scales each to the same
+rule: its oracle then needs at least 8 GPUs at peak); none of these numbers was fitted
+to a policy.
 
 ======================  ======  ======================================================
 member                  long    what it stresses
@@ -32,7 +33,7 @@ FAMILY: Mapping[str, TraceShape] = {
             name="chat-diurnal",
             description="chat with a day's swing folded into the trace (x0.4 to x1.6) "
             "and multi-turn conversations; no long-context requests",
-            rate_per_s=3.0,
+            rate_per_s=1.5,
             mix_start={"chat": 0.85, "code": 0.15},
             diurnal_amplitude=0.6,
             turns_mean=3.0,
@@ -43,7 +44,7 @@ FAMILY: Mapping[str, TraceShape] = {
             name="long5-bursty",
             description="5 % long-context requests and bursts (8 an hour, 10 s each, "
             "conversations arriving 8x faster)",
-            rate_per_s=2.0,
+            rate_per_s=1.0,
             mix_start={"chat": 0.75, "code": 0.2, "long": 0.05},
             diurnal_amplitude=0.3,
             bursts_per_hour=8.0,
@@ -55,7 +56,7 @@ FAMILY: Mapping[str, TraceShape] = {
             name="long15-multiturn",
             description="15 % long-context conversations whose follow-up turns reuse "
             "the document (prefix reuse), a mild swing, two bursts an hour",
-            rate_per_s=1.5,
+            rate_per_s=0.75,
             mix_start={"chat": 0.65, "code": 0.1, "generate": 0.1, "long": 0.15},
             diurnal_amplitude=0.4,
             bursts_per_hour=2.0,
@@ -69,7 +70,7 @@ FAMILY: Mapping[str, TraceShape] = {
             name="long30",
             description="30 % long-context requests, as long-context services see: most "
             "of the prompt tokens are beyond what one GPU prefills within 1 s",
-            rate_per_s=1.0,
+            rate_per_s=0.5,
             mix_start={"chat": 0.6, "code": 0.1, "long": 0.3},
             diurnal_amplitude=0.3,
             tags=("long 30 %", "diurnal"),
@@ -79,7 +80,7 @@ FAMILY: Mapping[str, TraceShape] = {
             description="the prompt/output mix shifts over the trace: short prompts with "
             "long answers (decode-bound) at the start, long prompts with short answers "
             "(prefill-bound, 20 % long-context) at the end",
-            rate_per_s=2.0,
+            rate_per_s=1.0,
             mix_start={"generate": 0.6, "chat": 0.4},
             mix_end={"code": 0.5, "chat": 0.3, "long": 0.2},
             diurnal_amplitude=0.2,
@@ -90,7 +91,7 @@ FAMILY: Mapping[str, TraceShape] = {
             description="agent-like sessions: many quick turns (mean 8, 5 s think time) "
             "whose contexts grow to tens of thousands of tokens, 10 % starting from a "
             "long document",
-            rate_per_s=2.0,
+            rate_per_s=1.0,
             mix_start={"chat": 0.6, "code": 0.3, "long": 0.1},
             diurnal_amplitude=0.3,
             bursts_per_hour=2.0,
