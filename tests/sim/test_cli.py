@@ -143,6 +143,9 @@ def test_bad_inputs_fail_with_a_reason(
     ):
         assert main(["simulate", str(manifest), "--trace", str(CONV), flag, value]) == 1
         assert message in capsys.readouterr().err
+    only_tandem = ["--policy", "tandem", "--hindsight-attainment", "0.9"]
+    assert main(["simulate", str(manifest), "--trace", str(CONV), *only_tandem]) == 1
+    assert "--hindsight-attainment needs fixed-hindsight among --policy" in capsys.readouterr().err
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump({**MANIFEST, "spec": {"model": {}}}))
     assert main(["simulate", str(broken), "--trace", str(CONV)]) == 1

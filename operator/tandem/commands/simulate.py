@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         policies = validate_policies(args.policy or DEFAULT_POLICIES)
-        _check_hindsight_flags(args)
+        _check_hindsight_flags(args, FIXED_HINDSIGHT in policies)
         docs = read_documents(args.file)
         isvc = load_inference_service(docs[0][1])
         text = args.trace.read_text()
@@ -205,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_hindsight_flags(args: argparse.Namespace) -> None:
+def _check_hindsight_flags(args: argparse.Namespace, searched: bool) -> None:
+    if not searched and args.hindsight_attainment is not None:
+        raise ValueError("--hindsight-attainment needs fixed-hindsight among --policy")
     goal = args.hindsight_attainment
     if goal is not None and not 0.0 < goal <= 1.0:
         raise ValueError(
