@@ -117,9 +117,9 @@ def search_headroom(
     """Raise each pool's headroom a step at a time until ``run(headroom)`` meets
     ``goal`` attainment (``measure(result)``, by default ``result.attainment``);
     greedy: each round takes the step that gains the most attainment per GPU-hour it
-    adds. Stops at the goal, when no pool can rise, or when no step of a round gains
-    any attainment (what is left is out of reach of headroom, such as requests no
-    fleet serves in time).
+    adds. Stops at the goal, when no pool can rise, or when two rounds in a row gain no
+    attainment at all (what is left is out of reach of headroom, such as requests no
+    fleet serves in time; one flat round alone can be replay noise near the goal).
 
     An upper bound of what a foresight schedule needs (a finer search could find a
     cheaper one), and a fleet that really meets the goal.
@@ -132,6 +132,7 @@ def search_headroom(
 
     result = run(headroom_of(levels))
     tried: list[tuple[Mapping[str, float], R]] = [(headroom_of(levels), result)]
+    flat_rounds = 0
     while share(result) < goal:
         best: tuple[float, dict[str, int], R] | None = None
         gained = False
@@ -147,7 +148,8 @@ def search_headroom(
             score = gain / cost if cost > 1e-9 else math.inf * (1 if gain > 0 else -1)
             if best is None or score > best[0]:
                 best = (score, lv, trial)
-        if best is None or not gained:
+        flat_rounds = 0 if gained else flat_rounds + 1
+        if best is None or flat_rounds >= 2:
             break
         _, levels, result = best
     return HeadroomSearch(headroom_of(levels), result, share(result) >= goal, tuple(tried))
