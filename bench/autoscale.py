@@ -1,40 +1,61 @@
-"""The autoscaling benchmark: Tandem's policy against the baselines and the oracle.
+"""The autoscaling benchmark: Tandem's policy against the baselines, the oracle, the
+foresight schedule meeting 99 % and the best fixed fleet in hindsight, across traces,
+rate scales and seeds.
 
-For the Azure code and conversation traces, at the smallest rate scale whose oracle
-needs at least 8 GPUs at peak, with TTFT p90 <= 1 s and ITL p90 <= 50 ms on
-Llama-3.1-8B / H100 (cold start 120 s): one row per policy with SLO attainment,
-GPU-hours, GPU-hours / oracle and GPU-hours / each baseline; then whether Tandem's
-policy meets its goal (attainment >= 99 %, GPU-hours <= 1.15 x oracle, fewer GPU-hours
-than every baseline reaching 99 %), what the oracle's own per-window schedule achieves
-when the simulated fleet follows it with perfect foresight (how far the bound is from
-a fleet that meets the targets), the cheapest foresight schedule found that does meet
-99 % (the oracle's need times a headroom per pool, raised step by step:
-:func:`tandem.sim.bounds.foresight.search_headroom`) and Tandem's GPU-hours against it, and the
-simulator's speed (simulated seconds per CPU second, one core, one policy).
+Traces: the Azure code and conversation traces and every member of the synthetic family
+(:mod:`tandem.traces.family`: long prompts, bursts, swings, mix shifts, multi-turn
+reuse; each member drawn for the seed). Service: Llama-3.1-8B on H100s, each pool 1-32
+replicas, TTFT p90 <= 1 s, ITL p90 <= 50 ms, cold start 120 s. For each trace and seed
+the rate scale follows the bench's rule (the smallest whole scale whose oracle needs at
+least 8 GPUs at peak), and the neighbouring scales run too. Each cell (trace, scale,
+seed) prints, per policy, attainment over all requests and over feasible ones (when the
+results count them), GPU-hours and the ratio to the oracle, to the cheapest foresight
+schedule meeting 99 % (:func:`tandem.sim.bounds.foresight.search_headroom`) and to
+``fixed-hindsight`` (the cheapest fixed fleet reaching Tandem's attainment,
+:mod:`tandem.sim.compare.hindsight`); Tandem's GPU-hours against each baseline; and
+whether Tandem met its goal (:mod:`tandem.sim.compare.goal`), with the margins where it
+missed. A summary across the matrix follows, then the time it all took.
 
-    python bench/autoscale.py            # the full hour of each trace
-    python bench/autoscale.py --quick    # the first 15 minutes
-    python bench/autoscale.py --jobs 2   # policies in parallel processes
+    python bench/autoscale.py                     # the whole matrix: 8 traces x 3 scales x 3 seeds
+    python bench/autoscale.py --quick --jobs 2    # the first 15 minutes of each trace, 2 processes
+    python bench/autoscale.py --trace long30 --trace code --seeds 0 --rule-only
+    python bench/autoscale.py --list              # the traces it knows
+
+Progress (each finished run, with its CPU time) goes to stderr; ``--json OUT`` keeps
+every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
-from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from autoscale_report import (
+    Cell,
+    CellKey,
+    CellSpec,
+    cell_figures,
+    check_cell,
+    format_cell,
+    format_summary,
+)
 from tandem.api import InferenceService
 from tandem.api.validate import load_inference_service
 from tandem.sim.bounds.foresight import HeadroomSearch, search_headroom
+from tandem.sim.bounds.hindsight import FixedFleetSearch
 from tandem.sim.bounds.oracle import compute_oracle
+from tandem.sim.compare.goal import GOAL_ATTAINMENT, goal_attainment
+from tandem.sim.compare.hindsight import find_fixed_hindsight
 from tandem.sim.compare.results import RunResult
 from tandem.sim.compare.runs import (
+    FIXED_HINDSIGHT,
     POLICIES,
     Scenario,
     build_scenario,
@@ -42,18 +63,22 @@ from tandem.sim.compare.runs import (
     run_policy,
 )
 from tandem.sim.fleet.spec import build_fleet_plan
+from tandem.traces.describe import summarize_trace
+from tandem.traces.family import FAMILY
+from tandem.traces.generate import generate_trace
 from tandem.traces.parse import TraceRequest, parse_trace, slice_trace, trace_span_s
 from tandem.traces.rate import scale_rate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "traces"
-TRACES = {
+AZURE = {
     "code": EXAMPLES / "AzureLLMInferenceTrace_code.csv",
     "conversation": EXAMPLES / "AzureLLMInferenceTrace_conv.csv",
 }
+TRACES = (*AZURE, *FAMILY)
 MIN_PEAK_GPUS = 8
-GOAL_ATTAINMENT = 0.99
-GOAL_ORACLE_RATIO = 1.15
-BASELINES = [p for p in POLICIES if p != "tandem"]
+#: Length of a generated family member (the Azure traces are an hour each).
+FAMILY_DURATION_S = 3600.0
+QUICK_DURATION_S = 900.0
 
 
 def bench_service() -> InferenceService:
@@ -73,6 +98,17 @@ def bench_service() -> InferenceService:
             },
         }
     )
+
+
+def load_trace(label: str, seed: int, duration_s: float | None) -> list[TraceRequest]:
+    """An Azure trace (the same for every seed), or a family member drawn for ``seed``;
+    its first ``duration_s`` when given."""
+    if label in AZURE:
+        path = AZURE[label]
+        full = parse_trace(path.read_text(), path.name)
+    else:
+        full = generate_trace(FAMILY[label], seed, FAMILY_DURATION_S)
+    return slice_trace(full, 0.0, duration_s)
 
 
 def find_rate_scale(isvc: InferenceService, trace: list[TraceRequest], seed: int) -> float:
@@ -95,193 +131,239 @@ def find_rate_scale(isvc: InferenceService, trace: list[TraceRequest], seed: int
     return float(hi)
 
 
-@dataclass(frozen=True)
-class Run:
-    result: RunResult
-    cpu_s: float
-    wall_s: float
+def neighbour_scales(rule: float, rule_only: bool) -> list[float]:
+    """The rule's scale and its neighbours (half the rule's when it is 1)."""
+    if rule_only:
+        return [rule]
+    return [rule - 1 if rule > 1 else rule / 2, rule, rule + 1]
 
 
-def _run_one(name: str, scenario: Scenario) -> Run:
+# Runs go to worker processes as the cell's key alone (a scenario holds the engine's
+# cost model, whose compiled closures do not pickle); each process rebuilds the scenario,
+# deterministically, and keeps the last few.
+
+
+@functools.lru_cache(maxsize=4)
+def cell_scenario(spec: CellSpec) -> Scenario:
+    """The cell's scenario: its trace (drawn for the seed), scaled, with its oracle."""
+    key = spec.key
+    requests = scale_rate(load_trace(key.trace, key.seed, spec.duration_s), key.scale, key.seed)
+    return build_scenario(bench_service(), requests, seed=key.seed, warmup_s=spec.warmup_s)
+
+
+def _policy_task(name: str, spec: CellSpec) -> tuple[RunResult, float, float]:
+    scenario = cell_scenario(spec)
     wall, cpu = time.perf_counter(), time.process_time()
     result, _ = run_policy(name, scenario)
-    return Run(result, time.process_time() - cpu, time.perf_counter() - wall)
+    return result, time.process_time() - cpu, time.perf_counter() - wall
 
 
-def run_trace(
-    label: str, path: Path, duration_s: float | None, warmup_s: float, jobs: int, seed: int
-) -> dict[str, Any]:
-    isvc = bench_service()
-    full = parse_trace(path.read_text(), path.name)
-    trace = slice_trace(full, 0.0, duration_s)
-    scale = find_rate_scale(isvc, trace, seed)
-    requests = scale_rate(trace, scale, seed)
-    scenario = build_scenario(isvc, requests, seed=seed, warmup_s=warmup_s)
-    oracle = scenario.oracle
-    runs: dict[str, Run] = {}
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            futures = {name: pool.submit(_run_one, name, scenario) for name in POLICIES}
-            runs = {name: f.result() for name, f in futures.items()}
-    else:
-        for name in POLICIES:
-            runs[name] = _run_one(name, scenario)
-            print(f"  ran {name} ({runs[name].cpu_s:.0f} s CPU)", file=sys.stderr, flush=True)
-    search = search_foresight(scenario, label=label)
-    foresight = search.tried[0][1]
-    span = trace_span_s(requests)
-    print(
-        f"\n== {label}: {path.name}, {span / 60:.0f} min, rate x{scale:g} "
-        f"({len(requests)} requests), oracle {oracle.gpu_hours:.2f} GPU-h, "
-        f"oracle peak {oracle.peak_replicas['prefill']} prefill + "
-        f"{oracle.peak_replicas['decode']} decode GPUs"
-    )
-    head = f"{'policy':<11}{'attain':>8}{'GPU-h':>8}{'/oracle':>8}"
-    head += "".join(f"{'/' + b:>9}" for b in BASELINES)
-    print(head)
-    print("-" * len(head))
-    for name, run in runs.items():
-        r = run.result
-        row = f"{name:<11}{r.attainment * 100:>7.2f}%{r.gpu_hours:>8.2f}"
-        row += f"{r.gpu_hours / oracle.gpu_hours:>8.2f}"
-        row += "".join(f"{r.gpu_hours / runs[b].result.gpu_hours:>9.2f}" for b in BASELINES)
-        print(row)
-    goal = check_goal(runs, oracle.gpu_hours)
-    print(goal["line"])
-    print(
-        f"the oracle's own schedule, replayed with perfect foresight: attainment "
-        f"{foresight.attainment * 100:.2f}% at {foresight.gpu_hours:.2f} GPU-h "
-        f"({foresight.gpu_hours / oracle.gpu_hours:.2f}x oracle)"
-    )
-    print(describe_search(search, runs["tandem"].result, oracle.gpu_hours))
-    for name, run in runs.items():
-        speed = (span + scenario.warmup_s) / run.cpu_s if run.cpu_s > 0 else float("inf")
-        print(
-            f"  {name:<11} {run.cpu_s:7.1f} s CPU  {run.wall_s:7.1f} s wall  "
-            f"{speed:7.0f} simulated s per CPU s"
-        )
-    return {
-        "trace": path.name,
-        "rate_scale": scale,
-        "requests": len(requests),
-        "span_s": span,
-        "oracle_gpu_hours": oracle.gpu_hours,
-        "goal": {k: v for k, v in goal.items() if k != "line"},
-        "oracle_schedule": {
-            "attainment": foresight.attainment,
-            "gpu_hours": foresight.gpu_hours,
-            "ttft_p90_s": foresight.ttft_p90_s,
-            "itl_p90_s": foresight.itl_p90_s,
-        },
-        "foresight_99": {
-            "met": search.met,
-            "headroom": dict(search.headroom),
-            "attainment": search.result.attainment,
-            "gpu_hours": search.result.gpu_hours,
-            "gpu_hours_vs_oracle": search.result.gpu_hours / oracle.gpu_hours,
-            "tandem_gpu_hours_vs_this": runs["tandem"].result.gpu_hours / search.result.gpu_hours,
-            "runs": len(search.tried),
-        },
-        "policies": {
-            name: {
-                "attainment": run.result.attainment,
-                "gpu_hours": run.result.gpu_hours,
-                "gpu_hours_vs_oracle": run.result.gpu_hours / oracle.gpu_hours,
-                "ttft_p90_s": run.result.ttft_p90_s,
-                "itl_p90_s": run.result.itl_p90_s,
-                "peak_replicas": dict(run.result.peak_replicas),
-                "cpu_s": run.cpu_s,
-                "wall_s": run.wall_s,
-            }
-            for name, run in runs.items()
-        },
-    }
-
-
-def search_foresight(scenario: Scenario, label: str) -> HeadroomSearch[RunResult]:
-    """The cheapest foresight schedule found that meets the attainment goal: the
-    oracle's schedule with headroom per pool, raised step by step."""
+def _foresight_task(spec: CellSpec) -> tuple[HeadroomSearch[RunResult], float]:
+    scenario = cell_scenario(spec)
+    cpu = time.process_time()
 
     def run(headroom: Mapping[str, float]) -> RunResult:
-        wall = time.perf_counter()
-        result = run_oracle_schedule(scenario, headroom)
-        shown = ", ".join(f"{r} x{h:g}" for r, h in headroom.items())
-        print(
-            f"  {label}: foresight schedule {shown}: {result.attainment * 100:.2f}% at "
-            f"{result.gpu_hours:.2f} GPU-h ({time.perf_counter() - wall:.0f} s)",
-            file=sys.stderr,
-            flush=True,
+        return run_oracle_schedule(scenario, headroom)
+
+    found = search_headroom(
+        run, tuple(scenario.plan.pools), GOAL_ATTAINMENT, measure=lambda r: goal_attainment(r)[0]
+    )
+    return found, time.process_time() - cpu
+
+
+def _hindsight_task(spec: CellSpec, goal: float) -> tuple[FixedFleetSearch[RunResult], float]:
+    scenario = cell_scenario(spec)
+    cpu = time.process_time()
+    return find_fixed_hindsight(scenario, goal), time.process_time() - cpu
+
+
+Task = tuple[str, Callable[..., Any], tuple[Any, ...]]
+"""``(name, function, arguments)`` of one run of a cell."""
+
+
+class Matrix:
+    """Builds the cells one by one and keeps the workers busy with their runs."""
+
+    def __init__(
+        self,
+        cells: Iterator[CellKey],
+        total_cells: int,
+        duration_s: float | None,
+        warmup_s: float,
+        jobs: int,
+    ) -> None:
+        self.cells = cells
+        self.total_tasks = total_cells * (len(POLICIES) + 2)
+        self.duration_s = duration_s
+        self.warmup_s = warmup_s
+        self.jobs = jobs
+        self.done_tasks = 0
+
+    def start(self, key: CellKey) -> tuple[Cell, list[Task]]:
+        """The cell, and its runs that need nothing else first."""
+        spec = CellSpec(key, self.duration_s, self.warmup_s)
+        scenario = cell_scenario(spec)
+        requests = scenario.requests
+        cell = Cell(
+            spec, scenario, len(requests), trace_span_s(requests), summarize_trace(requests).line()
         )
-        return result
+        tasks: list[Task] = [(name, _policy_task, (name, spec)) for name in POLICIES]
+        tasks.append(("foresight", _foresight_task, (spec,)))
+        return cell, tasks
 
-    return search_headroom(run, tuple(scenario.plan.pools), GOAL_ATTAINMENT)
+    def run(self, on_cell: Callable[[Cell], None]) -> None:
+        if self.jobs == 1:
+            for key in self.cells:
+                cell, todo = self.start(key)
+                while todo:
+                    task, fn, args = todo.pop(0)
+                    todo.extend(self._finish(cell, task, fn(*args)))
+                on_cell(cell)
+            return
+        pending: dict[Future[Any], tuple[Cell, str]] = {}
+        with ProcessPoolExecutor(self.jobs) as pool:
+            while True:
+                while len(pending) < 2 * self.jobs:
+                    upcoming = next(self.cells, None)
+                    if upcoming is None:
+                        break
+                    cell, tasks = self.start(upcoming)
+                    for task, fn, args in tasks:
+                        pending[pool.submit(fn, *args)] = (cell, task)
+                if not pending:
+                    return
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cell, task = pending.pop(future)
+                    for follow, fn, args in self._finish(cell, task, future.result()):
+                        pending[pool.submit(fn, *args)] = (cell, follow)
+                    if cell.complete:
+                        on_cell(cell)
+
+    def _finish(self, cell: Cell, task: str, value: Any) -> list[Task]:
+        """Record a finished run; the runs it makes possible."""
+        self.done_tasks += 1
+        follow: list[Task] = []
+        if task == "foresight":
+            cell.foresight, cpu = value
+            r = cell.foresight.result
+            shown = ", ".join(f"{k} x{v:g}" for k, v in cell.foresight.headroom.items())
+            said = (
+                f"foresight {shown}: {r.attainment * 100:.2f}% ({len(cell.foresight.tried)} runs)"
+            )
+        elif task == FIXED_HINDSIGHT:
+            cell.hindsight, cpu = value
+            sizes = "+".join(str(n) for n in cell.hindsight.sizes.values())
+            said = (
+                f"fixed-hindsight {sizes}: {cell.hindsight.result.attainment * 100:.2f}% "
+                f"({len(cell.hindsight.tried)} replays)"
+            )
+        else:
+            result, cpu, _ = value
+            cell.runs[task] = value
+            said = f"{task}: {result.attainment * 100:.2f}% at {result.gpu_hours:.2f} GPU-h"
+            if task == "tandem":  # the fixed fleet is searched for Tandem's attainment
+                args = (cell.spec, result.attainment)
+                follow.append((FIXED_HINDSIGHT, _hindsight_task, args))
+        cell.cpu_s += cpu
+        where = f"[{self.done_tasks}/{self.total_tasks}] {cell.key.label()}"
+        print(f"  {where}: {said} ({cpu:.0f} s CPU)", file=sys.stderr, flush=True)
+        return follow
 
 
-def describe_search(
-    search: HeadroomSearch[RunResult], tandem: RunResult, oracle_gpu_hours: float
-) -> str:
-    """One line: the foresight schedule that meets the goal, and Tandem against it."""
-    shown = ", ".join(f"{role} x{h:g}" for role, h in search.headroom.items())
-    r = search.result
-    head = "the cheapest" if search.met else "no"
-    line = (
-        f"{head} foresight schedule found meeting {GOAL_ATTAINMENT * 100:g}% "
-        f"({shown} the oracle's need): attainment {r.attainment * 100:.2f}% at "
-        f"{r.gpu_hours:.2f} GPU-h ({r.gpu_hours / oracle_gpu_hours:.2f}x oracle)"
-    )
-    if search.met:
-        line += f"; tandem spends {tandem.gpu_hours / r.gpu_hours:.2f}x this"
-    return line
-
-
-def check_goal(runs: dict[str, Run], oracle_gpu_hours: float) -> dict[str, Any]:
-    """Tandem's goal: >= 99 % attainment, <= 1.15 x oracle, below every 99 % baseline."""
-    tandem = runs["tandem"].result
-    ratio = tandem.gpu_hours / oracle_gpu_hours
-    reaching = [b for b in BASELINES if runs[b].result.attainment >= GOAL_ATTAINMENT]
-    beaten = [b for b in reaching if tandem.gpu_hours < runs[b].result.gpu_hours]
-    ok_attain = tandem.attainment >= GOAL_ATTAINMENT
-    ok_ratio = ratio <= GOAL_ORACLE_RATIO
-    ok_beat = len(beaten) == len(reaching)
-    verdict = "MET" if ok_attain and ok_ratio and ok_beat else "MISSED"
-    line = (
-        f"goal {verdict}: tandem attainment {tandem.attainment * 100:.2f}% "
-        f"({'ok' if ok_attain else 'below'} 99%), {ratio:.2f}x oracle "
-        f"({'ok' if ok_ratio else 'above'} 1.15x), fewer GPU-hours than "
-        f"{len(beaten)} of {len(reaching)} baselines reaching 99% "
-        f"({', '.join(reaching) or 'none'})"
-    )
-    return {
-        "met": verdict == "MET",
-        "attainment_ok": ok_attain,
-        "oracle_ratio": ratio,
-        "baselines_reaching_99": reaching,
-        "baselines_beaten": beaten,
-        "line": line,
-    }
+def cell_keys(
+    labels: Sequence[str],
+    seeds: Sequence[int],
+    rule_only: bool,
+    duration_s: float | None,
+    rules: dict[tuple[str, int], float],
+) -> Iterator[CellKey]:
+    """Every cell, trace by trace and seed by seed (the rule's scale found on the way and
+    kept in ``rules``)."""
+    isvc = bench_service()
+    for label in labels:
+        for seed in seeds:
+            rule = find_rate_scale(isvc, load_trace(label, seed, duration_s), seed)
+            rules[(label, seed)] = rule
+            for scale in neighbour_scales(rule, rule_only):
+                yield CellKey(label, seed, scale, scale == rule)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the first 15 minutes only")
-    parser.add_argument("--jobs", type=int, default=1, help="policies run in parallel")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trace", choices=sorted(TRACES), action="append", help="one trace")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the first 15 minutes of each trace")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument(
+        "--trace", choices=TRACES, action="append", metavar="NAME", help="a trace (repeatable)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="N", help="seeds (0 1 2)"
+    )
+    parser.add_argument("--rule-only", action="store_true", help="no neighbouring scales")
+    parser.add_argument("--list", action="store_true", help="list the traces and exit")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON")
     args = parser.parse_args(argv)
-    missing = [str(p) for p in TRACES.values() if not p.is_file()]
+    if args.list:
+        for label in TRACES:
+            what = (
+                f"Azure LLM inference 2023, {AZURE[label].name}"
+                if label in AZURE
+                else FAMILY[label].description
+            )
+            print(f"{label:<18} {what}")
+        return 0
+    missing = [str(p) for p in AZURE.values() if not p.is_file()]
     if missing:
         print(f"traces not found: {', '.join(missing)}", file=sys.stderr)
         return 1
-    duration = 900.0 if args.quick else None
+    if args.jobs < 1:
+        print("--jobs must be at least 1", file=sys.stderr)
+        return 1
+    labels = args.trace or list(TRACES)
+    duration = QUICK_DURATION_S if args.quick else None
     warmup = 300.0 if args.quick else 600.0
-    figures = {}
-    for label in args.trace or ["code", "conversation"]:
-        figures[label] = run_trace(
-            label, TRACES[label], duration, warmup, max(args.jobs, 1), args.seed
-        )
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    rules: dict[tuple[str, int], float] = {}
+    total = len(labels) * len(args.seeds) * (1 if args.rule_only else 3)
+    cells = cell_keys(labels, args.seeds, args.rule_only, duration, rules)
+    matrix = Matrix(cells, total, duration, warmup, args.jobs)
+    figures: list[dict[str, Any]] = []
+    cpu_s = 0.0
+    started_wall = time.perf_counter()
+
+    def write_json() -> None:
+        if args.json:
+            out = {
+                "quick": args.quick,
+                "seeds": args.seeds,
+                "rules": {f"{t} seed {s}": r for (t, s), r in rules.items()},
+                "cells": figures,
+                "wall_s": time.perf_counter() - started_wall,
+                "cpu_s": cpu_s,
+            }
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+    def on_cell(cell: Cell) -> None:
+        nonlocal cpu_s
+        check = check_cell(cell)
+        print(format_cell(cell, check), flush=True)
+        figures.append(cell_figures(cell, check))
+        cpu_s += cell.cpu_s
+        write_json()  # after every cell, so a long run stopped early keeps what it did
+
+    print(
+        f"{total} cells ({', '.join(labels)}; seeds {' '.join(map(str, args.seeds))}; "
+        f"{'the rule scale' if args.rule_only else 'the rule scale and its neighbours'}), "
+        f"{'the first 15 minutes' if args.quick else 'whole traces'}, {args.jobs} job(s)",
+        flush=True,
+    )
+    matrix.run(on_cell)
+    wall = time.perf_counter() - started_wall
+    print(format_summary(figures, TRACES))
+    print(
+        f"\n{len(figures)} cells in {wall / 60:.1f} min wall, {cpu_s / 60:.1f} min CPU in "
+        f"the runs ({args.jobs} job(s))"
+    )
+    write_json()
     return 0
 
 

@@ -71,9 +71,44 @@ def test_the_search_raises_the_pool_that_buys_the_most_attainment() -> None:
 
 def test_the_search_says_when_no_headroom_meets_the_goal() -> None:
     found = search_headroom(
-        lambda h: Outcome(0.5, sum(h.values())), ("prefill",), goal=0.99, steps=(1.0, 2.0)
+        lambda h: Outcome(0.5 + 0.1 * h["prefill"], sum(h.values())),
+        ("prefill",),
+        goal=0.99,
+        steps=(1.0, 2.0),
     )
     assert not found.met and dict(found.headroom) == {"prefill": 2.0}
+
+
+def test_the_search_stops_when_headroom_buys_nothing() -> None:
+    # A tenth of the requests can be served by no fleet: attainment is stuck at 0.9.
+    found = search_headroom(lambda h: Outcome(0.9, sum(h.values())), ("prefill", "decode"), 0.99)
+    assert not found.met and len(found.tried) == 5  # the start and two flat rounds
+
+
+def test_one_flat_round_is_not_the_end() -> None:
+    # Replay noise: the first step up buys nothing, the next one meets the goal.
+    def run(headroom: Mapping[str, float]) -> Outcome:
+        level = HEADROOM_STEPS.index(headroom["prefill"])
+        return Outcome(0.985 if level < 2 else 0.995, 1.0 + level)
+
+    found = search_headroom(run, ("prefill",), 0.99)
+    assert found.met and dict(found.headroom) == {"prefill": 1.25}
+
+
+def test_the_search_can_hold_another_share_to_the_goal() -> None:
+    @dataclass(frozen=True)
+    class Feasible:
+        attainment: float
+        gpu_hours: float
+        attainment_feasible: float
+
+    found = search_headroom(
+        lambda h: Feasible(0.8, 1.0, 0.995),
+        ("prefill",),
+        0.99,
+        measure=lambda r: r.attainment_feasible,
+    )
+    assert found.met and len(found.tried) == 1
 
 
 def test_headroom_buys_attainment_on_a_real_replay() -> None:

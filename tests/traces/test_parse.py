@@ -69,10 +69,36 @@ def test_jsonl_mooncake_lines() -> None:
     assert parse_trace(text) == reqs
 
 
+def test_jsonl_sessions_and_shared_prefixes_are_read_when_present() -> None:
+    text = (
+        '{"timestamp": 0, "input_length": 900, "output_length": 40, "session_id": 3, '
+        '"prefix_tokens": 0}\n'
+        '{"timestamp": 9000, "input_length": 1100, "output_length": 20, "session_id": 3, '
+        '"prefix_tokens": 940}\n'
+        '{"timestamp": 9500, "input_length": 50, "output_length": 5}\n'
+    )
+    a, b, c = parse_jsonl(text)
+    assert (a.session_id, a.prefix_tokens) == (3, 0)
+    assert (b.session_id, b.prefix_tokens, b.arrival_s) == (3, 940, 9.0)
+    assert (c.session_id, c.prefix_tokens) == (None, 0)  # older traces read as before
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
         ("{not json", "line 2: not JSON"),
+        (
+            '{"timestamp": 1, "input_length": 3, "output_length": 1, "prefix_tokens": 3}',
+            r"line 2: prefix_tokens \(3\) must be less than input_length \(3\)",
+        ),
+        (
+            '{"timestamp": 1, "input_length": 3, "output_length": 1, "session_id": -2}',
+            "line 2: session_id must be an integer >= 0",
+        ),
+        (
+            '{"timestamp": 1, "input_length": 3, "output_length": 1, "prefix_tokens": "a"}',
+            "line 2: prefix_tokens must be an integer >= 0",
+        ),
         ("[1, 2]", "line 2: expected an object"),
         ('{"timestamp": 1, "input_length": 3}', "line 2: missing output_length"),
         ('{"timestamp": -1, "input_length": 3, "output_length": 1}', "line 2: timestamp must be"),

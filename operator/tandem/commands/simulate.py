@@ -13,7 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_POLICIES = ("tandem", "static", "hpa", "keda", "kpa", "llm-d", "dynamo", "aggregated")
+DEFAULT_POLICIES = (
+    "tandem",
+    "static",
+    "hpa",
+    "keda",
+    "kpa",
+    "llm-d",
+    "dynamo",
+    "aggregated",
+    "fixed-hindsight",
+)
 
 
 def register(sub: Any) -> None:
@@ -34,7 +44,22 @@ def register(sub: Any) -> None:
         nargs="+",
         action="extend",
         metavar="P",
-        help=f"policies to run (default: all): {', '.join(DEFAULT_POLICIES)}",
+        help=f"policies to run (default: all): {', '.join(DEFAULT_POLICIES)}; "
+        "fixed-hindsight is the cheapest fixed fleet reaching tandem's attainment",
+    )
+    p.add_argument(
+        "--hindsight-attainment",
+        type=float,
+        metavar="A",
+        help="attainment (0-1) fixed-hindsight must reach (default: tandem's when it runs, "
+        "else 0.99)",
+    )
+    p.add_argument(
+        "--hindsight-replays",
+        type=int,
+        default=40,
+        metavar="N",
+        help="most static-fleet replays the fixed-hindsight search makes (40)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the figures as JSON")
@@ -65,14 +90,21 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tandem.api.documents import ManifestError, read_documents
     from tandem.api.validate import SpecError, load_inference_service
-    from tandem.sim.compare.report import build_report, format_table
-    from tandem.sim.compare.runs import build_scenario, run_policy, validate_policies
+    from tandem.sim.compare.hindsight import find_fixed_hindsight
+    from tandem.sim.compare.report import build_report, describe_hindsight, format_table
+    from tandem.sim.compare.runs import (
+        FIXED_HINDSIGHT,
+        build_scenario,
+        run_policy,
+        validate_policies,
+    )
     from tandem.sim.fleet.spec import PlanError
     from tandem.traces.parse import TraceError, parse_trace, slice_trace, trace_span_s
     from tandem.traces.rate import scale_rate
 
     try:
         policies = validate_policies(args.policy or DEFAULT_POLICIES)
+        _check_hindsight_flags(args, FIXED_HINDSIGHT in policies)
         docs = read_documents(args.file)
         isvc = load_inference_service(docs[0][1])
         text = args.trace.read_text()
@@ -103,12 +135,30 @@ def run(args: argparse.Namespace) -> int:
     results = {}
     cpu: dict[str, float] = {}
     for name in policies:
+        if name == FIXED_HINDSIGHT:
+            continue
         bar = _Progress(name, span) if show else None
         started = time.process_time()
         results[name], _ = run_policy(name, scenario, bar)
         cpu[name] = time.process_time() - started
         if bar is not None:
             bar.close()
+    search = None
+    if FIXED_HINDSIGHT in policies:
+        goal = args.hindsight_attainment
+        if goal is None:
+            goal = results["tandem"].attainment if "tandem" in results else 0.99
+        started = time.process_time()
+        search = find_fixed_hindsight(
+            scenario,
+            goal,
+            max_replays=args.hindsight_replays,
+            progress=_show_replay if show else None,
+        )
+        cpu[FIXED_HINDSIGHT] = time.process_time() - started
+        results = {
+            name: search.result if name == FIXED_HINDSIGHT else results[name] for name in policies
+        }
     oracle = scenario.oracle
     print(
         f"{len(requests)} requests over {span / 60:.1f} min (rate x{args.rate_scale:g}), "
@@ -118,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
         f"{scenario.plan.cold_start_s:g}s"
     )
     print(format_table(oracle, results))
+    if search is not None:
+        print(describe_hindsight(search, results.get("tandem")))
     meta = {
         "trace": {
             "file": str(args.trace),
@@ -133,7 +185,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        report = build_report(oracle, results, targets=scenario.plan.targets, meta=meta, cpu_s=cpu)
+        report = build_report(
+            oracle,
+            results,
+            targets=scenario.plan.targets,
+            meta=meta,
+            cpu_s=cpu,
+            hindsight=search,
+        )
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
         try:
@@ -144,6 +203,24 @@ def run(args: argparse.Namespace) -> int:
         title = f"{args.trace.name} x{args.rate_scale:g}"
         args.plot.write_bytes(render_png(results, scenario.plan.targets, title))
     return 0
+
+
+def _check_hindsight_flags(args: argparse.Namespace, searched: bool) -> None:
+    if not searched and args.hindsight_attainment is not None:
+        raise ValueError("--hindsight-attainment needs fixed-hindsight among --policy")
+    goal = args.hindsight_attainment
+    if goal is not None and not 0.0 < goal <= 1.0:
+        raise ValueError(
+            f"--hindsight-attainment is a share of requests in (0, 1], e.g. 0.99; got {goal}"
+        )
+    if args.hindsight_replays < 1:
+        raise ValueError(f"--hindsight-replays must be at least 1, got {args.hindsight_replays}")
+
+
+def _show_replay(sizes: Any, result: Any) -> None:
+    shown = " + ".join(f"{n} {role}" for role, n in sizes.items())
+    sys.stderr.write(f"fixed-hindsight: {shown}: {result.attainment * 100:.2f}%\n")
+    sys.stderr.flush()
 
 
 class _Progress:

@@ -6,8 +6,11 @@ Two formats:
   ``ContextTokens`` and ``GeneratedTokens`` (any order, other columns ignored);
   ``TIMESTAMP`` is wall-clock ``YYYY-MM-DD HH:MM:SS[.fraction]``.
 * **JSONL** (Mooncake's published traces): one object per line with ``timestamp``
-  (milliseconds from the start), ``input_length`` and ``output_length``; other keys
-  (``hash_ids``) are ignored.
+  (milliseconds from the start), ``input_length`` and ``output_length``. Two optional
+  keys describe multi-turn prefix reuse (what :mod:`tandem.traces.generate` writes):
+  ``session_id`` (an integer >= 0 shared by the turns of one conversation) and
+  ``prefix_tokens`` (how many leading prompt tokens repeat an earlier request of the
+  session: its prompt and answer). Other keys (Mooncake's ``hash_ids``) are ignored.
 
 Arrival times are made relative to the first request (seconds) and sorted (stable).
 A bad row raises :class:`TraceError` naming its line number and what was expected.
@@ -20,10 +23,14 @@ import csv
 import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 JSONL_KEYS = ("timestamp", "input_length", "output_length")
+
+
+#: One parsed row: arrival (s), prompt, output, session id, shared prefix tokens.
+_Row = tuple[float, int, int, int | None, int]
 
 
 class TraceError(ValueError):
@@ -39,6 +46,11 @@ class TraceRequest:
     prompt_tokens: int
     output_tokens: int
     """Tokens the answer has (at least 1: a request always produces its first token)."""
+    session_id: int | None = None
+    """The conversation this request is a turn of (``None``: not known)."""
+    prefix_tokens: int = 0
+    """Leading prompt tokens shared with an earlier turn of the session (a prefix cache
+    could skip their prefill; the simulator does not model one and ignores this)."""
 
 
 def parse_trace(text: str, name: str = "trace") -> list[TraceRequest]:
@@ -63,7 +75,7 @@ def parse_azure_csv(text: str, name: str = "trace") -> list[TraceRequest]:
         )
     i_ts, i_in, i_out = (columns.index(c) for c in AZURE_COLUMNS)
     width = max(i_ts, i_in, i_out) + 1
-    raw: list[tuple[float, int, int]] = []
+    raw: list[_Row] = []
     for number, row in enumerate(rows, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
@@ -75,6 +87,8 @@ def parse_azure_csv(text: str, name: str = "trace") -> list[TraceRequest]:
                 parse_timestamp(row[i_ts], where),
                 _tokens(row[i_in], "ContextTokens", where, minimum=1),
                 _tokens(row[i_out], "GeneratedTokens", where, minimum=0),
+                None,
+                0,
             )
         )
     return _relative(raw, name)
@@ -82,7 +96,7 @@ def parse_azure_csv(text: str, name: str = "trace") -> list[TraceRequest]:
 
 def parse_jsonl(text: str, name: str = "trace") -> list[TraceRequest]:
     """Lines of a Mooncake-style JSONL trace; ``TraceError`` on the first bad line."""
-    raw: list[tuple[float, int, int]] = []
+    raw: list[_Row] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -99,13 +113,17 @@ def parse_jsonl(text: str, name: str = "trace") -> list[TraceRequest]:
         stamp = obj["timestamp"]
         if isinstance(stamp, bool) or not isinstance(stamp, int | float) or stamp < 0:
             raise TraceError(f"{where}: timestamp must be milliseconds >= 0, got {stamp!r}")
-        raw.append(
-            (
-                float(stamp) / 1000.0,
-                _tokens(obj["input_length"], "input_length", where, minimum=1),
-                _tokens(obj["output_length"], "output_length", where, minimum=0),
+        prompt = _tokens(obj["input_length"], "input_length", where, minimum=1)
+        output = _tokens(obj["output_length"], "output_length", where, minimum=0)
+        session = obj.get("session_id")
+        if session is not None:
+            session = _tokens(session, "session_id", where, minimum=0)
+        prefix = _tokens(obj.get("prefix_tokens", 0), "prefix_tokens", where, minimum=0)
+        if prefix >= prompt:
+            raise TraceError(
+                f"{where}: prefix_tokens ({prefix}) must be less than input_length ({prompt})"
             )
-        )
+        raw.append((float(stamp) / 1000.0, prompt, output, session, prefix))
     return _relative(raw, name)
 
 
@@ -137,7 +155,7 @@ def slice_trace(
     """Requests arriving in ``[start_s, start_s + duration_s)``, times shifted to start at 0."""
     end_s = float("inf") if duration_s is None else start_s + duration_s
     return [
-        TraceRequest(r.arrival_s - start_s, r.prompt_tokens, r.output_tokens)
+        replace(r, arrival_s=r.arrival_s - start_s)
         for r in requests
         if start_s <= r.arrival_s < end_s
     ]
@@ -160,9 +178,9 @@ def _tokens(value: object, field: str, where: str, minimum: int) -> int:
     return number
 
 
-def _relative(raw: Iterable[tuple[float, int, int]], name: str) -> list[TraceRequest]:
+def _relative(raw: Iterable[_Row], name: str) -> list[TraceRequest]:
     rows = sorted(raw, key=lambda r: r[0])
     if not rows:
         raise TraceError(f"{name}: no requests")
     start = rows[0][0]
-    return [TraceRequest(t - start, p, max(o, 1)) for t, p, o in rows]
+    return [TraceRequest(t - start, p, max(o, 1), s, x) for t, p, o, s, x in rows]

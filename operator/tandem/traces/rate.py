@@ -5,8 +5,9 @@ its shape over time. Each request is kept ``floor(X)`` times, plus once more wit
 probability ``X - floor(X)``; the original keeps its time and every extra copy lands
 at a uniformly random point between the request and the next one. The local rate at
 any time scale longer than one inter-arrival gap is thus multiplied by ``X`` (a burst
-stays a burst, a lull stays a lull), and copies carry their original's token counts,
-so the mix of lengths is the trace's own. ``X < 1`` thins the trace the same way.
+stays a burst, a lull stays a lull), and copies carry their original's token counts
+(and its session and shared prefix), so the mix of lengths is the trace's own.
+``X < 1`` thins the trace the same way.
 
 Worked example, ``X = 2.5``: every request appears twice (itself and one copy placed
 between it and its successor), and half of them a third time.
@@ -18,6 +19,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tandem.traces.parse import TraceRequest
 
@@ -41,7 +43,7 @@ def scale_rate(
         gap = gaps[i] if i < len(gaps) else mean_gap
         for c in range(copies):
             t = req.arrival_s if c == 0 else req.arrival_s + rng.random() * gap
-            out.append(TraceRequest(t, req.prompt_tokens, req.output_tokens))
+            out.append(req if c == 0 else replace(req, arrival_s=t))
     out.sort(key=lambda r: r.arrival_s)
     return out
 
@@ -61,10 +63,7 @@ def with_warmup(
         return list(requests), 0, 0.0
     head = [r for r in requests if r.arrival_s < warmup_s]
     warm = sorted(
-        (TraceRequest(warmup_s - r.arrival_s, r.prompt_tokens, r.output_tokens) for r in head),
-        key=lambda r: r.arrival_s,
+        (replace(r, arrival_s=warmup_s - r.arrival_s) for r in head), key=lambda r: r.arrival_s
     )
-    measured = [
-        TraceRequest(r.arrival_s + warmup_s, r.prompt_tokens, r.output_tokens) for r in requests
-    ]
+    measured = [replace(r, arrival_s=r.arrival_s + warmup_s) for r in requests]
     return warm + measured, len(warm), warmup_s

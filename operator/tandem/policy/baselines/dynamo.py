@@ -1,6 +1,9 @@
 """A reimplementation of the formulas of NVIDIA Dynamo's SLA planner. Pure.
 
-Every adjustment interval (180 s by default), with a constant load predictor:
+Follows the planner's throughput-based mode (``components/planner``, ``planner_core.py``,
+defaults of ``SLAPlannerDefaults``); the experimental load-based mode of later releases
+is not modelled. Every adjustment interval (180 s by default), with a constant load
+predictor:
 
 * correction factors ``p = observed TTFT / expected TTFT`` and
   ``d = observed ITL / expected ITL`` from the offline profile;

@@ -1,5 +1,6 @@
 """Knative's Pod Autoscaler (KPA) with its default windows. Pure.
 
+Follows Knative Serving 1.x's ``config-autoscaler`` defaults (unchanged since 1.0).
 Every 2 s: concurrency averaged over the 60 s stable window and the 6 s panic window
 (10%), each divided by the target per pod (``container-concurrency-target-default``
 100 × ``target-utilization-percentage`` 70%). Panic mode starts when the panic-window

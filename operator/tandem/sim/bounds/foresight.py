@@ -112,14 +112,19 @@ def search_headroom(
     roles: tuple[str, ...],
     goal: float,
     steps: tuple[float, ...] = HEADROOM_STEPS,
+    measure: Callable[[R], float] | None = None,
 ) -> HeadroomSearch[R]:
     """Raise each pool's headroom a step at a time until ``run(headroom)`` meets
-    ``goal`` attainment; greedy: each round takes the step that gains the most
-    attainment per GPU-hour it adds. Stops at the goal or when no pool can rise.
+    ``goal`` attainment (``measure(result)``, by default ``result.attainment``);
+    greedy: each round takes the step that gains the most attainment per GPU-hour it
+    adds. Stops at the goal, when no pool can rise, or when two rounds in a row gain no
+    attainment at all (what is left is out of reach of headroom, such as requests no
+    fleet serves in time; one flat round alone can be replay noise near the goal).
 
     An upper bound of what a foresight schedule needs (a finer search could find a
     cheaper one), and a fleet that really meets the goal.
     """
+    share = measure or (lambda r: r.attainment)
     levels = dict.fromkeys(roles, 0)
 
     def headroom_of(lv: Mapping[str, int]) -> dict[str, float]:
@@ -127,20 +132,24 @@ def search_headroom(
 
     result = run(headroom_of(levels))
     tried: list[tuple[Mapping[str, float], R]] = [(headroom_of(levels), result)]
-    while result.attainment < goal:
+    flat_rounds = 0
+    while share(result) < goal:
         best: tuple[float, dict[str, int], R] | None = None
+        gained = False
         for role in roles:
             if levels[role] + 1 >= len(steps):
                 continue
             lv = {**levels, role: levels[role] + 1}
             trial = run(headroom_of(lv))
             tried.append((headroom_of(lv), trial))
-            gain = trial.attainment - result.attainment
+            gain = share(trial) - share(result)
+            gained = gained or gain > 0
             cost = trial.gpu_hours - result.gpu_hours
             score = gain / cost if cost > 1e-9 else math.inf * (1 if gain > 0 else -1)
             if best is None or score > best[0]:
                 best = (score, lv, trial)
-        if best is None:
+        flat_rounds = 0 if gained else flat_rounds + 1
+        if best is None or flat_rounds >= 2:
             break
         _, levels, result = best
-    return HeadroomSearch(headroom_of(levels), result, result.attainment >= goal, tuple(tried))
+    return HeadroomSearch(headroom_of(levels), result, share(result) >= goal, tuple(tried))

@@ -4,13 +4,17 @@ The JSON shape is a contract (``tandem simulate --json``)::
 
     {"oracle": {"gpu_hours": ...},
      "policies": {NAME: {"attainment": ..., "gpu_hours": ..., "ttft_p90_s": ...,
-                         "itl_p90_s": ...}, ...}}
+                         "itl_p90_s": ..., "attainment_feasible": ...,
+                         "infeasible_requests": ..., "peak_replicas": {POOL: n}}, ...}}
 
-with Tandem's policy under ``tandem``; more fields are added beside those
-(``attainment_feasible``: the attainment over requests some fleet size could serve in
-time, ``infeasible_requests``: how many could not, ``absorbed_requests``; per-pool
-GPU-hours, goodput, other percentiles, counts, peaks, run time). Numbers that do not
-exist (a percentile of nothing) are ``null``.
+with Tandem's policy under ``tandem`` and the best fixed fleet in hindsight under
+``fixed-hindsight``, whose entry also has its size per pool (``"prefill": n``,
+``"decode": n``, or ``"pool": n``), the attainment it was searched for, whether a fleet
+within the pools' bounds reached it, and every replay of the search. More fields are
+added beside those (``attainment_feasible``: the attainment over requests some fleet
+size could serve in time, ``infeasible_requests``: how many could not,
+``absorbed_requests``; per-pool GPU-hours, goodput, other percentiles, counts, run time).
+Numbers that do not exist (a percentile of nothing) are ``null``.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tandem.policy.config import LatencyTargets
+from tandem.sim.bounds.hindsight import FixedFleetSearch
 from tandem.sim.bounds.oracle import Oracle
 from tandem.sim.compare.results import RunResult
+from tandem.sim.compare.runs import FIXED_HINDSIGHT
 
 
 def _num(value: float) -> float | None:
@@ -35,8 +41,9 @@ def build_report(
     targets: LatencyTargets,
     meta: Mapping[str, Any] | None = None,
     cpu_s: Mapping[str, float] | None = None,
+    hindsight: FixedFleetSearch[RunResult] | None = None,
 ) -> dict[str, Any]:
-    """The ``--json`` document."""
+    """The ``--json`` document (``hindsight``: the search behind ``fixed-hindsight``)."""
     policies: dict[str, Any] = {}
     for name, r in results.items():
         entry: dict[str, Any] = {
@@ -67,6 +74,8 @@ def build_report(
         }
         if cpu_s is not None and name in cpu_s:
             entry["simulation_cpu_s"] = cpu_s[name]
+        if name == FIXED_HINDSIGHT and hindsight is not None:
+            entry.update(hindsight_fields(hindsight, results.get("tandem")))
         policies[name] = entry
     return {
         **dict(meta or {}),
@@ -87,6 +96,53 @@ def build_report(
     }
 
 
+def hindsight_fields(
+    search: FixedFleetSearch[RunResult], tandem: RunResult | None
+) -> dict[str, Any]:
+    """What the ``fixed-hindsight`` entry adds: sizes, goal, and the search's replays."""
+    out: dict[str, Any] = dict(search.sizes)
+    out.update(
+        {
+            "target_attainment": search.goal,
+            "met": search.met,
+            "replays": len(search.tried),
+            "search_exhausted": search.exhausted,
+            "tried": [
+                {**sizes, "attainment": r.attainment, "gpu_hours": r.gpu_hours}
+                for sizes, r in search.tried
+            ],
+        }
+    )
+    if tandem is not None and search.result.gpu_hours > 0:
+        out["tandem_gpu_hours_vs_this"] = tandem.gpu_hours / search.result.gpu_hours
+    return out
+
+
+def describe_hindsight(search: FixedFleetSearch[RunResult], tandem: RunResult | None) -> str:
+    """One line: the fixed fleet found, and Tandem's GPU-hours against it."""
+    sizes = " + ".join(f"{n} {role}" for role, n in search.sizes.items())
+    r = search.result
+    if not search.met:
+        line = (
+            f"{FIXED_HINDSIGHT}: no fixed fleet within the pools' bounds reaches "
+            f"{search.goal * 100:.2f}% (the largest, {sizes}, reaches {r.attainment * 100:.2f}%)"
+        )
+    else:
+        line = (
+            f"{FIXED_HINDSIGHT}: {sizes} reach {r.attainment * 100:.2f}% (goal "
+            f"{search.goal * 100:.2f}%) at {r.gpu_hours:.2f} GPU-h"
+        )
+        if tandem is not None and r.gpu_hours > 0:
+            ratio = tandem.gpu_hours / r.gpu_hours
+            verdict = "fewer" if ratio < 1 else "more"
+            line += (
+                f"; tandem spends {ratio:.2f}x this ({abs(1 - ratio) * 100:.0f}% {verdict} "
+                "GPU-hours)"
+            )
+    line += f" [{len(search.tried)} replays{', stopped at the cap' if search.exhausted else ''}]"
+    return line
+
+
 def _fmt_s(value: float) -> str:
     if math.isnan(value):
         return "-"
@@ -100,7 +156,7 @@ def format_table(oracle: Oracle, results: Mapping[str, RunResult]) -> str:
     roles = list(oracle.pools)
     peak_head = "/".join(r[0].upper() for r in roles) if len(roles) > 1 else "peak"
     head = (
-        f"{'policy':<11}{'attain':>8}{'GPU-h':>9}{'÷oracle':>9}{'TTFT p90':>10}"
+        f"{'policy':<16}{'attain':>8}{'GPU-h':>9}{'÷oracle':>9}{'TTFT p90':>10}"
         f"{'ITL p90':>9}{'goodput/s':>11}  {'peak ' + peak_head:<12}{'failed':>7}"
         f"{'feasible':>10}{'infeasible':>11}"
     )
@@ -110,13 +166,13 @@ def format_table(oracle: Oracle, results: Mapping[str, RunResult]) -> str:
         peaks = "/".join(str(v) for v in r.peak_replicas.values())
         failed = r.rejected + r.aborted
         lines.append(
-            f"{name:<11}{r.attainment * 100:>7.2f}%{r.gpu_hours:>9.2f}{ratio:>8.2f}x"
+            f"{name:<16}{r.attainment * 100:>7.2f}%{r.gpu_hours:>9.2f}{ratio:>8.2f}x"
             f"{_fmt_s(r.ttft_p90_s):>10}{_fmt_s(r.itl_p90_s):>9}{r.goodput_rps:>11.2f}  "
             f"{peaks:<12}{failed:>7}{r.attainment_feasible * 100:>9.2f}%{r.infeasible:>11}"
         )
     peaks = "/".join(str(oracle.peak_replicas[r]) for r in roles)
     lines.append(
-        f"{'oracle':<11}{'':>8}{oracle.gpu_hours:>9.2f}{1.0:>8.2f}x{'':>10}{'':>9}{'':>11}  "
+        f"{'oracle':<16}{'':>8}{oracle.gpu_hours:>9.2f}{1.0:>8.2f}x{'':>10}{'':>9}{'':>11}  "
         f"{peaks:<12}"
     )
     return "\n".join(lines)

@@ -13,6 +13,10 @@ Policies by name (:data:`POLICIES`), each a run of its own on the same arrivals:
 * ``aggregated`` — one pool doing both phases (continuous batching, no hand-off) with
   the same GPU budget as ``static``.
 
+Beside the policies, ``fixed-hindsight`` (:data:`FIXED_HINDSIGHT`) names the cheapest
+static fleet reaching a given attainment, searched by :mod:`tandem.sim.compare.hindsight`
+with :func:`run_static`.
+
 Dynamic policies start warm: a warm-up (the trace's first 10 minutes, mirrored) runs
 before the measured trace, outside the figures, with each pool starting at the
 oracle's need for that load, so every policy enters the trace in the state its own
@@ -244,13 +248,25 @@ def run_oracle_schedule(scenario: Scenario, headroom: Mapping[str, float]) -> Ru
     return _simulate(ORACLE_SCHEDULE, replace(schedule, headroom=dict(headroom)), scenario)[0]
 
 
+def run_static(
+    name: str, scenario: Scenario, replicas: Mapping[PoolRole, int]
+) -> tuple[RunResult, Simulation]:
+    """The scenario's fleet held at ``replicas`` per pool for the whole trace (within
+    each pool's bounds), reported under ``name``."""
+    return _simulate(name, None, scenario, initial=dict(replicas))
+
+
 def _simulate(
     name: str,
     autoscaler: Autoscaler | None,
     scenario: Scenario,
     progress: Callable[[float], None] | None = None,
+    initial: dict[PoolRole, int] | None = None,
 ) -> tuple[RunResult, Simulation]:
-    plan, initial = plan_for(name, scenario)
+    if initial is None:
+        plan, initial = plan_for(name, scenario)
+    else:
+        plan = scenario.plan
     driver = AutoscalerDriver(autoscaler) if autoscaler is not None else None
     warmup = scenario.warmup_s if autoscaler is not None else 0.0
     arrivals, first, offset = with_warmup(scenario.requests, warmup)
@@ -267,12 +283,19 @@ def _simulate(
     return summarize(sim, name), sim
 
 
+#: Not a policy either: the cheapest fixed fleet reaching an attainment, found by replaying
+#: static fleets (:mod:`tandem.sim.compare.hindsight`); ``tandem simulate`` runs it after
+#: the policies, for Tandem's attainment.
+FIXED_HINDSIGHT = "fixed-hindsight"
+
+
 def validate_policies(names: Sequence[str]) -> list[str]:
     """The names in order, without repeats; ``ValueError`` naming the valid ones."""
+    known = (*POLICIES, FIXED_HINDSIGHT)
     out: list[str] = []
     for name in names:
-        if name not in POLICIES:
-            raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r}; policies: {', '.join(known)}")
         if name not in out:
             out.append(name)
     return out
