@@ -21,7 +21,7 @@ def test_the_docs_hold_the_table() -> None:
 def test_every_expectation_by_version_names_both_versions() -> None:
     tables = [versions.EXTERNAL_PROMPT_TOKENS, versions.STREAMED_PREFILL_HAS_KV_PARAMS,
               versions.CLIENT_ABORT_COUNTED, versions.PREFILL_PARAMS_ONLY_IN,
-              versions.DURING_DRAIN]  # fmt: skip
+              versions.DURING_DRAIN, versions.OVERLOADED_TYPE]  # fmt: skip
     for table in tables:
         assert set(table) == {versions.V032, versions.V034}
     cases = {case for case, _ in versions.MESSAGES}

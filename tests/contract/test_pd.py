@@ -16,6 +16,7 @@ from tests.contract.fleet import Engine, Fleet, Kind
 from tests.contract.http import call, chat_body, completion_body, metric_sum, metrics_of
 from tests.contract.versions import (
     EXTERNAL_PROMPT_TOKENS,
+    OVERLOADED_TYPE,
     PREFILL_PARAMS_ONLY_IN,
     STREAMED_PREFILL_HAS_KV_PARAMS,
 )
@@ -137,6 +138,15 @@ async def test_a_refused_handoff_frees_the_prefill_kv(fleet: Fleet, engine_kind:
     one-token request to the prefill engine."""
     engines = _get(fleet, engine_kind, {"prefill": "prefill", "decode-full": "decode"})
     prefill, full = engines["prefill"], engines["decode-full"]
+    # KV that earlier tests' handoffs left on the shared prefill engine (a decode leg that
+    # failed on unknown KV frees nothing) ends with its 30 s lease: wait for it, so what
+    # this test sees held is its own.
+    deadline = time.monotonic() + 40.0
+    while metric_sum(await metrics_of(prefill), "vllm:kv_cache_usage_perc") > 0:
+        poke = await call(prefill, "/v1/completions", completion_body("ping", max_tokens=1))
+        assert poke.status == 200
+        assert time.monotonic() < deadline, "earlier tests' KV outlived its lease"
+        await asyncio.sleep(0.5)
     body = completion_body(PROMPT + " refused", max_tokens=4)
     params = await prefill_leg(prefill, body, "contract-refused-1")
     held = metric_sum(await metrics_of(prefill), "vllm:kv_cache_usage_perc")
@@ -145,6 +155,7 @@ async def test_a_refused_handoff_frees_the_prefill_kv(fleet: Fleet, engine_kind:
     while True:
         refused = await call(full, "/v1/completions", {**body, "kv_transfer_params": params})
         assert refused.status == 503, refused.body
+        assert refused.error["type"] == OVERLOADED_TYPE[full.version]
         poke = await call(prefill, "/v1/completions", completion_body("ping", max_tokens=1))
         assert poke.status == 200
         if metric_sum(await metrics_of(prefill), "vllm:kv_cache_usage_perc") == 0:

@@ -42,6 +42,8 @@ PREFILL_PARAMS_ONLY_IN = {
 }
 #: What a request that arrives during a SIGTERM drain gets (status, error type)
 DURING_DRAIN = {V032: (500, "InternalServerError"), V034: (500, "InternalServerError")}
+#: The error type of the 503 a full admission queue (``--max-num-queued-reqs``) answers
+OVERLOADED_TYPE = {V032: "Service Unavailable", V034: "ServiceUnavailableError"}
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,13 @@ DIFFERENCES: tuple[Difference, ...] = (
         "",
         "no bos: the sim's usage counts none either",
         KEPT,
+    ),
+    Difference(
+        "error `type` of the 503 of a full queue (`--max-num-queued-reqs`)",
+        "`Service Unavailable` (the HTTP status phrase)",
+        "`ServiceUnavailableError`",
+        "=",
+        VERSION,
     ),
     Difference(
         "NIXL histograms, `http_*`, `process_*` and other series nobody in Tandem reads",
