@@ -12,6 +12,7 @@ log's successful creates per object).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -177,7 +178,8 @@ def successful_creates(events: Iterable[audit.Event], user: str, namespace: str)
 def kubectl_json(kubectl: Path, kubeconfig: Path, *args: str) -> Obj:
     out = subprocess.run(
         [str(kubectl), *args, "-o", "json"],
-        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
+        # HOME kept: without it kubectl caches discovery under ./.kube.
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         capture_output=True,
         text=True,
         timeout=120,
