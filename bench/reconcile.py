@@ -13,6 +13,13 @@ InferenceServices are created at once, and the bench prints:
 
 Run from the repository root: ``python bench/reconcile.py`` (N = 50, 200, 500; a few
 minutes) or ``python bench/reconcile.py --quick`` (N = 20, 50).
+
+``--real`` also runs each N against the real control plane of ``e2e/cluster`` (built by
+``bash e2e/cluster/build.sh``; processless nodes) and prints its figures under the
+emulator's; ``--faults`` runs the fault run there (``--fault-n`` services through a
+fault-injecting proxy, with apiserver, etcd and operator restarts) and prints whether
+every service converged, with no orphan, no duplicate and no write storm. See
+``bench/reconcile_real.py``.
 """
 
 from __future__ import annotations
@@ -268,13 +275,38 @@ API server spent per service until every status was written (both share 2 cores 
     )
 
 
-async def main(ns: list[int], workers: int) -> None:
+async def main(ns: list[int], workers: int) -> list[Result]:
     results = []
     for n in ns:
         started = time.monotonic()
         results.append(await run_one(n, workers))
         print(f"# N={n} measured in {time.monotonic() - started:.0f}s", file=sys.stderr)
     report(results)
+    return results
+
+
+def main_real(ns: list[int], workers: int, emulated: list[Result]) -> None:
+    from reconcile_real import report_real, run_real
+
+    real = []
+    for n in ns:
+        started = time.monotonic()
+        real.append(run_real(n, workers, _free_port))
+        print(
+            f"# N={n} on the real API server in {time.monotonic() - started:.0f}s", file=sys.stderr
+        )
+    report_real(real, emulated)
+
+
+def main_faults(n: int, workers: int, seed: int) -> None:
+    from reconcile_real import report_faults, run_faults
+
+    started = time.monotonic()
+    result = run_faults(n, workers, _free_port, seed)
+    print(f"# fault run of {n} services in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    report_faults(result, None)
+    if not result.verdict.converged or result.writes_after:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
@@ -282,7 +314,20 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="N = 20, 50")
     parser.add_argument("--n", type=int, action="append", help="service counts to run")
     parser.add_argument("--workers", type=int, default=16, help="operator --workers")
+    parser.add_argument(
+        "--real", action="store_true", help="each N on the real API server too (e2e/cluster)"
+    )
+    parser.add_argument(
+        "--faults", action="store_true", help="the fault run on the real API server (only)"
+    )
+    parser.add_argument("--fault-n", type=int, default=100, help="services of the fault run")
+    parser.add_argument("--seed", type=int, default=0, help="the fault proxy's seed")
     args = parser.parse_args()
     counts = args.n or ([20, 50] if args.quick else [50, 200, 500])
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    asyncio.run(main(counts, args.workers))
+    if args.faults:
+        main_faults(args.fault_n, args.workers, args.seed)
+    else:
+        emulated = asyncio.run(main(counts, args.workers))
+        if args.real:
+            main_real(counts, args.workers, emulated)

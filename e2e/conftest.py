@@ -1,21 +1,10 @@
-"""End-to-end tests need a real cluster: every test here is skipped when KUBECONFIG is unset,
-except those on the control-plane harness (``e2e/cluster/`` and any test using its
-``cluster`` fixture), which start one."""
+"""The end-to-end suite runs on the real control plane of ``e2e/cluster``: the ``cluster``
+fixture (session) starts one for the session, or reuses the one ``bash e2e/kube up``
+started (``TANDEM_E2E_CLUSTER``, or a ``KUBECONFIG`` of that run). Nothing here is
+skipped: without the control-plane programs every test fails with the command that
+builds them (``bash e2e/cluster/build.sh``).
+"""
 
-from __future__ import annotations
+from cluster.fixtures import cluster, namespace
 
-import os
-
-import pytest
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("KUBECONFIG"):
-        return
-    skip = pytest.mark.skip(reason="needs a real cluster: set KUBECONFIG")
-    for item in items:
-        path = str(item.fspath)
-        # Tests on the harness's own cluster (the `cluster` fixture) start one themselves.
-        uses_harness = "cluster" in getattr(item, "fixturenames", ())
-        if "/e2e/" in path and "/e2e/cluster/" not in path and not uses_harness:
-            item.add_marker(skip)
+__all__ = ["cluster", "namespace"]

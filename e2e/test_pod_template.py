@@ -42,6 +42,8 @@ async def test_server_defaults_are_no_drift_and_hand_added_powers_go(
 ) -> None:
     ns = f"tpl-{uuid.uuid4().hex[:6]}"
     cluster.run_kubectl("create", "namespace", ns)
+    # API state only: no pod may start (a vLLM pod would run a real engine, see images.py).
+    cluster.run_kubectl("create", "quota", "no-pods", "--hard=pods=0", "-n", ns)
     client = await KubeClient.from_environment(kubeconfig=str(cluster.kubeconfig))
     try:
         for desired in _deployments(ns, **spec):

@@ -40,6 +40,23 @@ def username(event: Event) -> str:
     return str(event.get("user", {}).get("username", ""))
 
 
+def pod_of(event: Event) -> str | None:
+    """The pod whose ServiceAccount token made the request (bound tokens name it), else None.
+
+    >>> pod_of({"user": {"extra": {"authentication.kubernetes.io/pod-name": ["op-1"]}}})
+    'op-1'
+    >>> pod_of({"user": {"username": "tandem-e2e-admin"}}) is None
+    True
+    """
+    names = event.get("user", {}).get("extra", {}).get("authentication.kubernetes.io/pod-name")
+    return str(names[0]) if names else None
+
+
+def code(event: Event) -> int:
+    """The HTTP status of the answer (0 when none was recorded)."""
+    return int(event.get("responseStatus", {}).get("code") or 0)
+
+
 def is_write(event: Event) -> bool:
     return event.get("verb") in WRITE_VERBS
 
@@ -65,11 +82,14 @@ def matching(
     resource: str | None = None,
     namespace: str | None = None,
     name: str | None = None,
+    subresource: str | None = None,
 ) -> list[Event]:
-    """Events whose fields equal every criterion given."""
+    """Events whose fields equal every criterion given (``subresource=""``: none)."""
     out = []
     for e in events:
         ref = e.get("objectRef", {})
+        if subresource is not None and ref.get("subresource", "") != subresource:
+            continue
         if user is not None and username(e) != user:
             continue
         if verb is not None and e.get("verb") != verb:

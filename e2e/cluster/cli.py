@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cluster.binaries import BinariesMissing, build_binaries, cache_root, find_binaries
 from cluster.layout import GPU_LABELS, NODE_MODES, ClusterInfo, NodeSpec
+from cluster.spawn import kill_leftovers
 from cluster.supervisor import (
     UP_TIMEOUT_S,
     launch,
@@ -125,11 +126,23 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    """Stop the supervisor (and so everything it started), then prove it: any process
+    still carrying the run's name is killed and listed, and the exit status is 1."""
     t0 = time.monotonic()
-    if stop_supervisor(args.state_dir.resolve()):
+    state_dir = args.state_dir.resolve()
+    if stop_supervisor(state_dir):
         print(f"kube: down in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     else:
         print(f"kube: nothing running in {args.state_dir}", file=sys.stderr)
+    leftovers = kill_leftovers(state_dir)
+    if leftovers:
+        print(
+            f"kube: {len(leftovers)} process(es) of the run outlived it (killed now):",
+            *leftovers,
+            sep="\n  ",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -14,9 +14,11 @@ Use from a conftest: ``from cluster.fixtures import cluster, namespace``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from cluster.binaries import BinariesMissing, find_binaries
 from cluster.kubeapi import api_client, call_json, core
 from cluster.kubeconfig import write_sa_kubeconfig
 from cluster.layout import ClusterInfo, NodeSpec
+from cluster.spawn import kill_leftovers
 from cluster.supervisor import (
     UP_TIMEOUT_S,
     launch,
@@ -155,6 +158,20 @@ class Cluster:
         path = directory / f"{container}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def kill_container(
+        self, namespace: str, name: str, container: str, sig: signal.Signals = signal.SIGKILL
+    ) -> int:
+        """Send ``sig`` to a running container's process group, as the kernel's OOM killer
+        or a crash would end it (the node agent then restarts it per ``restartPolicy``);
+        the process id signalled."""
+        directory = self.pod_dir(namespace, name)
+        pid_file = directory / f"{container}.pid" if directory else None
+        if pid_file is None or not pid_file.exists():
+            raise AssertionError(f"container {container} of pod {namespace}/{name} never started")
+        pid = int(pid_file.read_text())
+        os.killpg(pid, sig)
+        return pid
+
     def audit_events(self) -> list[audit.Event]:
         return list(audit.read_events(self.audit_log))
 
@@ -203,6 +220,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         if handle._api is not None:
             handle._api.close()
         stop_supervisor(handle.state_dir)
+        leftovers = kill_leftovers(handle.state_dir)
+        if leftovers:
+            warnings.warn(f"processes of the cluster outlived it: {leftovers}", stacklevel=1)
 
 
 @pytest.fixture

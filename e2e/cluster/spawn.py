@@ -23,6 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 SETPRIV = shutil.which("setpriv")
+RUN_ENV = "TANDEM_E2E_RUN"
+"""Set to the run's state directory in the environment of everything a run starts
+(components, node agent, pods' processes), so ``down`` can prove nothing outlived it."""
 
 
 class Spawner:
@@ -104,3 +107,31 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
             return True
         time.sleep(0.1)
     return not pid_alive(pid)
+
+
+def processes_of_run(state_dir: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment names ``state_dir``
+    as its run (``RUN_ENV``); this process excluded."""
+    marker = f"{RUN_ENV}={state_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in environ and pid_alive(int(entry.name)):
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+def kill_leftovers(state_dir: Path) -> list[str]:
+    """SIGKILL every process of the run still alive (and its group); what was found."""
+    found = processes_of_run(state_dir)
+    for pid, _ in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
+    return [f"{pid} {cmd[:160]}" for pid, cmd in found]

@@ -34,7 +34,7 @@ from typing import Any
 from cluster.controlplane import RESTART_GRACE_S, ControlPlane, allocate_ports, log_tail, prepare
 from cluster.kubeapi import api_client, call_json, core
 from cluster.layout import COMPONENTS, GPU_LABELS, ClusterInfo, Layout, NodeSpec
-from cluster.spawn import SETPRIV, Spawner, pid_alive, signal_group, stop, wait_gone
+from cluster.spawn import RUN_ENV, SETPRIV, Spawner, pid_alive, signal_group, stop, wait_gone
 
 E2E_DIR = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 180.0
@@ -49,10 +49,13 @@ class Stopped(Exception):
     """SIGTERM or SIGINT arrived while starting."""
 
 
-def child_env() -> dict[str, str]:
-    """The environment of the Python children (node agent): this package importable, and
-    no KUBECONFIG of the caller's that could win over the run's own credentials."""
+def child_env(state_dir: Path | None = None) -> dict[str, str]:
+    """The environment of the Python children (node agent): this package importable, no
+    KUBECONFIG of the caller's that could win over the run's own credentials, and the run
+    named (``RUN_ENV``: given, or inherited from the supervisor's own environment)."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    if state_dir is not None:
+        env[RUN_ENV] = str(state_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(E2E_DIR), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -299,7 +302,7 @@ def launch(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=child_env(),
+            env=child_env(state_dir),
             start_new_session=True,
         )
 

@@ -495,7 +495,10 @@ def test_network_policy_admits_only_the_metrics_port(renders: dict[str, Rendered
 def test_notes_tell_the_next_command(renders: dict[str, Rendered]) -> None:
     notes = renders["default"].notes
     assert "kubectl -n tandem-system rollout status deployment/tandem-operator" in notes
-    assert "examples/sim.yaml" in notes
+    # By default the release namespace is the one served: the example goes there.
+    assert "serves InferenceServices in tandem-system\n" in notes
+    assert "kubectl apply -n tandem-system -f examples/sim.yaml" in notes
+    assert "port-forward -n tandem-system service/sim" in notes
     assert "kubectl apply -n team-a -f examples/sim.yaml" in renders["namespaced"].notes
     assert "one leads" in renders["ha"].notes
 

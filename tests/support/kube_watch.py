@@ -108,6 +108,24 @@ def backlog(
     return events, False
 
 
+def parse_timeout_seconds(value: str) -> float:
+    """``timeoutSeconds`` as the API server reads it: a whole number, else 400.
+
+    >>> parse_timeout_seconds("300")
+    300.0
+    >>> parse_timeout_seconds("300.0")
+    Traceback (most recent call last):
+    ...
+    tests.support.kube_semantics.ApiError: strconv.ParseInt: parsing "300.0": invalid syntax
+    """
+    try:
+        return float(int(value, 10))
+    except ValueError:
+        raise ApiError(
+            400, "BadRequest", f'strconv.ParseInt: parsing "{value}": invalid syntax'
+        ) from None
+
+
 async def serve_watch(
     store: Store,
     res: kmock.resource,
@@ -121,7 +139,7 @@ async def serve_watch(
     seen = Filter(namespace, name, params)
     first, done = backlog(store, res, info, seen, params)
     timeout = (
-        float(params["timeoutSeconds"])
+        parse_timeout_seconds(params["timeoutSeconds"])
         if "timeoutSeconds" in params
         else (default_timeout_s if default_timeout_s is not None else math.inf)
     )

@@ -96,6 +96,8 @@ class Container:
             return
         now = time.monotonic()
         self.proc, self.started_mono = proc, now
+        # The process group of this run, for tests that crash a container (Cluster.kill).
+        (self.pod_dir / f"{self.name}.pid").write_text(f"{proc.pid}\n")
         run.state, run.reason, run.message = "running", "", ""
         run.started_at = now_rfc3339()
         self.trackers = {}

@@ -37,7 +37,7 @@ from cluster.nodeagent.podspec import (
 )
 from cluster.nodeagent.podstatus import Conditions, ContainerRun, build_status, now_rfc3339
 from cluster.nodeagent.volumes import container_mounts, prepare_volumes
-from cluster.spawn import Spawner
+from cluster.spawn import RUN_ENV, Spawner
 
 log = logging.getLogger("cluster.nodeagent")
 
@@ -258,6 +258,8 @@ class PodRunner:
                 p for p in (str(PODSITE), env.get("PYTHONPATH")) if p
             )
             env["TANDEM_E2E_POD_IP"] = self.ip
+            if RUN_ENV in os.environ:  # which run started it (``down`` checks)
+                env[RUN_ENV] = os.environ[RUN_ENV]
             mounts = container_mounts(c, volumes)
             if mounts and self.ctx.mounts_problem:
                 raise SpecError(

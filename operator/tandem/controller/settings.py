@@ -29,7 +29,9 @@ def build_settings(
     and watched with (the operator's children: only those it manages, so its memory
     follows its own objects, not every Deployment in the cluster)."""
     settings = kopf.OperatorSettings()
-    settings.watching.server_timeout = tuning.watch_server_timeout_s
+    # The API server parses timeoutSeconds as an integer: Kopf sends the setting as it
+    # is, and "300.0" is answered 400, so no watch of Kopf's would ever open.
+    settings.watching.server_timeout = max(1, round(tuning.watch_server_timeout_s))
     settings.watching.client_timeout = tuning.watch_client_timeout_s
     settings.watching.inactivity_timeout = tuning.watch_inactivity_timeout_s
     settings.watching.connect_timeout = tuning.connect_timeout_s
@@ -42,6 +44,13 @@ def build_settings(
     settings.queueing.idle_timeout = tuning.worker_idle_timeout_s
     # Events are posted by tandem.controller.events (deduplicated, counted); Kopf posts none.
     settings.posting.enabled = False
+    # No cluster-wide reads: scanning lists and watches every CustomResourceDefinition and,
+    # when namespaces are named, every Namespace, which the chart's least-privilege RBAC
+    # does not grant (the API server answers 403, and Kopf retried every few seconds).
+    # The namespaces served are the ones named; the resources are those the API's
+    # discovery lists at start (a Prometheus Operator installed later is picked up at
+    # the next restart).
+    settings.scanning.disabled = True
     # High availability is a Lease (tandem.controller.leadership): Kopf peering pauses every
     # operator of equal priority, so two replicas of one Deployment would both stop.
     settings.peering.standalone = True
