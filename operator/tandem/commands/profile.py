@@ -40,9 +40,10 @@ spec.qos.itl), else TTFT 1s and ITL 50ms; the summary says which were used.
 The preset needs the model's architecture: --sim-model or --model-config, else the preset
 the served model's id names, else the config.json in the model folder the engine reports
 (an engine on this machine). --quick runs a shorter sweep (under 5 minutes on a CPU
-engine). On a GPU node, point it at vLLM there and paste the printed block into the
-InferenceService; `tandem engine sim --preset OUT` and `tandem simulate --preset OUT`
-run the engine model with the fitted preset."""
+engine). The engine must serve nothing else meanwhile: its /metrics latency histograms
+are read around every wave. On a GPU node, point it at vLLM there and paste the printed
+block into the InferenceService; `tandem engine sim --preset OUT` and
+`tandem simulate --preset OUT` run the engine model with the fitted preset."""
 
 
 def register(sub: Any) -> None:
