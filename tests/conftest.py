@@ -45,6 +45,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         f"real vLLM {VLLM_VERSION} (CPU): {len(DURATIONS)} tests in "
         f"{sum(DURATIONS.values()):.0f}s (budget 1200s); engine start-ups: {startups}"
     )
+    by_file: dict[str, float] = {}
+    for node, seconds in DURATIONS.items():
+        path = node.split("::")[0]
+        by_file[path] = by_file.get(path, 0.0) + seconds
+    terminalreporter.write_line(
+        "  by file: " + ", ".join(f"{path} {s:.0f}s" for path, s in sorted(by_file.items()))
+    )
     if any(node.startswith("tests/contract/") for node in DURATIONS):
         from tests.contract.versions import render_table
 

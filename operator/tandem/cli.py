@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "operator": "tandem.commands.operator",
     "up": "tandem.commands.up",
     "simulate": "tandem.commands.simulate",
+    "profile": "tandem.commands.profile",
     "trace": "tandem.commands.trace",
 }
 

@@ -97,8 +97,8 @@ class Engine:
         except (urllib.error.URLError, OSError):
             return False
 
-    def wait_ready(self) -> None:
-        deadline = self.started_s + START_TIMEOUT_S[self.kind]
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        deadline = self.started_s + (timeout_s or START_TIMEOUT_S[self.kind])
         while not self.healthy():
             if not self.alive:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode} during "
@@ -143,12 +143,17 @@ def _die_with_parent() -> None:
 def spawn_sim(name: str, role: Role, log_dir: Path, ports: tuple[int, int] | None = None) -> Engine:
     """``tandem engine sim`` with the real engines' served name, length and flags."""
     port = ports[0] if ports else free_port()
+    args = ["--role", role, "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", SERVED_NAME, "--max-model-len", str(MAX_MODEL_LEN),
+            *COMMON_FLAGS, *NAMED_FLAGS.get(name, ())]  # fmt: skip
+    return spawn_sim_args(name, role, args, log_dir, port)
+
+
+def spawn_sim_args(name: str, role: Role, args: list[str], log_dir: Path, port: int) -> Engine:
+    """``tandem engine sim`` with exactly ``args`` (which make it listen on ``port``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"sim-{name}.log"
-    command = [sys.executable, "-m", "tandem.cli", "engine", "sim", "--role", role,
-               "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
-               "--max-model-len", str(MAX_MODEL_LEN), *COMMON_FLAGS,
-               *NAMED_FLAGS.get(name, ())]  # fmt: skip
+    command = [sys.executable, "-m", "tandem.cli", "engine", "sim", *args]
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -11,14 +11,13 @@ import yaml
 
 from tandem.api.validate import load_inference_service, vllm_serve_flags
 from tandem.local.engines import (
-    GPU_ONLY_FLAGS,
     EngineLaunch,
     LocalModelError,
-    adapt_vllm_args_for_cpu,
     build_vllm_command,
     check_local_model,
 )
 from tandem.manifests.vllm_args import build_vllm_args
+from tandem.manifests.vllm_cpu import GPU_ONLY_FLAGS, adapt_vllm_args_for_cpu
 from tests.factories import make_manifest, with_path
 
 #: The CPU build the real-engine tests run (``.ci/install-vllm``).

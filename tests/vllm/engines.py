@@ -242,6 +242,23 @@ def spawn_engine(
     name = name or role
     port, side_channel_port = ports or (free_port(), free_port())
     args = build_serve_args(model_dir, role, port, max_model_len=max_model_len, extra=extra)
+    return spawn_serve(install, args, log_dir, name, role, port, side_channel_port, env=env)
+
+
+def spawn_serve(
+    install: VllmInstall,
+    args: list[str],
+    log_dir: Path,
+    name: str,
+    role: Role,
+    port: int,
+    side_channel_port: int,
+    *,
+    env: dict[str, str] | None = None,
+) -> VllmEngine:
+    """Start ``vllm`` with exactly ``args`` (``serve ...``, listening on ``port``) and its
+    NIXL side channel on ``side_channel_port``; returns before it is ready. ``env``:
+    variables added to the engine's environment."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with log_path.open("ab") as log:

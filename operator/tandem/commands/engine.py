@@ -61,6 +61,13 @@ def register(sub: Any) -> None:
 
     g = p.add_argument_group("model and hardware")
     g.add_argument("--host", default="0.0.0.0")
+    g.add_argument(
+        "--preset",
+        type=Path,
+        metavar="FILE",
+        help="a measured engine: a cost-model preset, or a `tandem profile` document (its "
+        "model, device, overheads, KV cache and scheduler limits; flags given win)",
+    )
     g.add_argument("--model-config", type=Path, help="JSON/YAML file of ModelSpec fields")
     g.add_argument("--gpu-config", type=Path, help="JSON/YAML file of GpuSpec fields")
     g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
@@ -75,7 +82,7 @@ def register(sub: Any) -> None:
     g.add_argument("--max-num-seqs", type=int, default=None)
     g.add_argument("--max-num-batched-tokens", type=int, default=None)
     g.add_argument("--max-model-len", type=_size, default=None)
-    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--block-size", type=int, default=None, help="default 16")
     g.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs")
     g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
@@ -153,6 +160,7 @@ def build_options(args: argparse.Namespace) -> Any:
     )
     from tandem.engine.model.calibration import Calibration
     from tandem.engine.model.config import KVLoadFailurePolicy
+    from tandem.engine.model.cost_preset import cost_preset_from_mapping
     from tandem.engine.server.config import FaultConfig
     from tandem.engine.server.factory import SimOptions
 
@@ -160,7 +168,14 @@ def build_options(args: argparse.Namespace) -> Any:
         model_spec_from_mapping(_load_mapping(args.model_config)) if args.model_config else None
     )
     gpu_spec = gpu_spec_from_mapping(_load_mapping(args.gpu_config)) if args.gpu_config else None
-    calibration = None
+    preset = None
+    if args.preset is not None:
+        if args.model_config or args.gpu_config:
+            raise ValueError("--preset names the model and the device: drop --model-config "
+                             "and --gpu-config, or drop --preset")  # fmt: skip
+        preset = cost_preset_from_mapping(_load_mapping(args.preset), str(args.preset))
+        model_spec, gpu_spec = preset.model, preset.gpu
+    calibration = preset.calibration if preset else None
     overrides = (
         args.compute_efficiency,
         args.memory_efficiency,
@@ -169,7 +184,7 @@ def build_options(args: argparse.Namespace) -> Any:
     )
     if any(v is not None for v in overrides):
         family = (gpu_spec or get_gpu(args.gpu)).calibration_family
-        base = lookup_calibration(family, args.tensor_parallel_size)
+        base = calibration or lookup_calibration(family, args.tensor_parallel_size)
         calibration = Calibration(
             args.compute_efficiency or base.compute_efficiency,
             args.memory_efficiency or base.memory_efficiency,
@@ -193,21 +208,26 @@ def build_options(args: argparse.Namespace) -> Any:
         crash_after=args.fault_crash_after,
         seed=args.fault_seed,
     )
+
+    def measured(flag: Any, field: str) -> Any:
+        """A flag given wins; else the preset's measured value; else the default."""
+        return flag if flag is not None or preset is None else getattr(preset, field)
+
     return SimOptions(
         role=args.role,
         model=args.model,
         model_spec=model_spec,
         gpu=args.gpu,
         gpu_spec=gpu_spec,
-        tensor_parallel=args.tensor_parallel_size,
+        tensor_parallel=preset.tensor_parallel if preset else args.tensor_parallel_size,
         served_model_names=tuple(args.served_model_name or ()),
         calibration=calibration,
         gpu_memory_utilization=args.gpu_memory_utilization,
-        num_gpu_blocks=args.num_gpu_blocks_override,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        block_size=args.block_size,
+        num_gpu_blocks=measured(args.num_gpu_blocks_override, "num_gpu_blocks"),
+        max_num_seqs=measured(args.max_num_seqs, "max_num_seqs"),
+        max_num_batched_tokens=measured(args.max_num_batched_tokens, "max_num_batched_tokens"),
+        max_model_len=measured(args.max_model_len, "max_model_len"),
+        block_size=measured(args.block_size, "block_size") or 16,
         scheduling_policy=args.scheduling_policy,
         batching=args.batching,
         prioritize=args.prioritize,

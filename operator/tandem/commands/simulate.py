@@ -73,6 +73,13 @@ def register(sub: Any) -> None:
     p.add_argument("--model", metavar="PRESET", help="engine-model preset (default: the spec's)")
     p.add_argument("--gpu", metavar="PRESET", help="GPU preset (default: the pool's gpu.type)")
     p.add_argument(
+        "--preset",
+        type=Path,
+        metavar="FILE",
+        help="a measured engine for every pool: a cost-model preset or a `tandem profile` "
+        "document (instead of --model and --gpu)",
+    )
+    p.add_argument(
         "--kv-link-gbps", type=float, default=400.0, metavar="G", help="KV link (400 Gb/s)"
     )
     p.add_argument(
@@ -112,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         if not trace:
             raise TraceError(f"{args.trace}: no requests in the selected part of the trace")
         requests = scale_rate(trace, args.rate_scale, args.seed)
+        preset = _read_preset(args.preset) if args.preset else None
         scenario = build_scenario(
             isvc,
             requests,
@@ -123,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             warmup_s=args.warmup,
             oracle_window_s=args.oracle_window,
             exact_engine=args.exact_engine,
+            preset=preset,
         )
     except (ManifestError, SpecError) as err:
         print(f"{args.file}: {err}", file=sys.stderr)
@@ -221,6 +230,25 @@ def _show_replay(sizes: Any, result: Any) -> None:
     shown = " + ".join(f"{n} {role}" for role, n in sizes.items())
     sys.stderr.write(f"fixed-hindsight: {shown}: {result.attainment * 100:.2f}%\n")
     sys.stderr.flush()
+
+
+def _read_preset(path: Path) -> Any:
+    """The :class:`~tandem.engine.model.cost_preset.CostPreset` in ``path`` (JSON or YAML);
+    ``ValueError`` names the file and the field."""
+    import json
+
+    import yaml
+
+    from tandem.engine.model.cost_preset import cost_preset_from_mapping
+
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a preset mapping or a `tandem profile` document")
+    return cost_preset_from_mapping(data, str(path))
 
 
 class _Progress:

@@ -6,39 +6,29 @@ Two kinds of engine, chosen with ``tandem up --engine``:
 * ``sim``: ``tandem engine sim`` with :func:`~tandem.manifests.vllm_args.build_sim_args`,
   plus the modelled cold start and the service's ``engine.shutdownTimeout``;
 * ``vllm``: ``vllm serve`` with :func:`~tandem.manifests.vllm_args.build_vllm_args`,
-  adapted for a CPU machine by :func:`adapt_vllm_args_for_cpu`, and the environment of
-  :func:`build_vllm_env` (NIXL over UCX's TCP transport between prefill and decode, each
-  engine's side channel on its own loopback port).
+  adapted for a CPU machine by :func:`~tandem.manifests.vllm_cpu.adapt_vllm_args_for_cpu`
+  (the same adaptation the tests that run every example's arguments use), and the
+  environment of :func:`build_vllm_env` (NIXL over UCX's TCP transport between prefill
+  and decode, each engine's side channel on its own loopback port).
 
 Every engine listens on 127.0.0.1 at a port chosen by the caller.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from tandem.api import InferenceService
 from tandem.api.vocab import PoolRole
 from tandem.manifests.vllm_args import build_sim_args, build_vllm_args, parse_model_uri
+from tandem.manifests.vllm_cpu import adapt_vllm_args_for_cpu, drop_flags
 
 EngineKind = Literal["sim", "vllm"]
 ENGINE_KINDS: tuple[EngineKind, ...] = ("sim", "vllm")
 HOST = "127.0.0.1"
 
-#: Flags of ``vllm serve`` that only mean something on a GPU, with how many values each
-#: takes: dropped on a CPU machine. Tensor parallelism is the pool's GPU count (one
-#: process per GPU); a CPU engine serves alone. The KV cache's share of GPU memory has
-#: a CPU twin, ``VLLM_CPU_KVCACHE_SPACE`` (GiB), set in :func:`build_vllm_env`.
-GPU_ONLY_FLAGS: dict[str, int] = {
-    "--tensor-parallel-size": 1,
-    "-tp": 1,
-    "--gpu-memory-utilization": 1,
-    "--enable-sleep-mode": 0,
-}
 #: Set here for each engine, whatever the builders say: where it listens.
 LOCAL_FLAGS: dict[str, int] = {"--host": 1, "--port": 1}
 
@@ -56,71 +46,6 @@ class EngineCommand:
     env_drop: tuple[str, ...] = ()
     """Prefixes of inherited variables to leave out: vLLM runs its own venv's Python,
     which must not see this one's (``VIRTUAL_ENV``, ``PYTHONPATH``, ...)."""
-
-
-def drop_flags(args: Sequence[str], flags: Mapping[str, int]) -> list[str]:
-    """``args`` without each flag of ``flags`` and its values (``--flag v`` or ``--flag=v``).
-
-    >>> drop_flags(["--a", "1", "--tp=2", "--b", "--c", "3"], {"--a": 1, "--tp": 1, "--b": 0})
-    ['--c', '3']
-    """
-    out: list[str] = []
-    skip = 0
-    for arg in args:
-        if skip:
-            skip -= 1
-            continue
-        name = arg.split("=", 1)[0]
-        if name in flags:
-            skip = 0 if "=" in arg else flags[name]
-            continue
-        out.append(arg)
-    return out
-
-
-def adapt_vllm_args_for_cpu(args: Sequence[str], flags: frozenset[str] | None = None) -> list[str]:
-    """The cluster's ``vllm serve`` arguments made to run on vLLM's CPU backend.
-
-    GPU-only flags (:data:`GPU_ONLY_FLAGS`) are dropped; the KV transfer goes through a
-    CPU buffer (``kv_buffer_device: cpu``, which NIXL's UCX backend reads); vLLM's
-    ``--shutdown-timeout`` takes whole seconds, so a fraction is rounded up. With the
-    target's ``flags`` (its ``serve_flags`` list), an off switch is spelled as that
-    version spells it (:func:`respell_flag`). Everything else, ``engine.extraArgs``
-    included, is kept as written.
-
-    >>> adapt_vllm_args_for_cpu(["--tensor-parallel-size", "2", "--max-num-seqs", "8",
-    ...     "--kv-transfer-config", '{"kv_role":"kv_consumer"}', "--shutdown-timeout", "1.5"])
-    ['--max-num-seqs', '8', '--kv-transfer-config', '{"kv_buffer_device":"cpu","kv_role":"kv_consumer"}', '--shutdown-timeout', '2']
-    """  # noqa: E501
-    out = drop_flags(args, GPU_ONLY_FLAGS)
-    if flags is not None:
-        out = [respell_flag(arg, flags) for arg in out]
-    for i, arg in enumerate(out[:-1]):
-        if arg == "--kv-transfer-config":
-            config = json.loads(out[i + 1])
-            config["kv_buffer_device"] = "cpu"
-            out[i + 1] = json.dumps(config, sort_keys=True, separators=(",", ":"))
-        elif arg == "--shutdown-timeout":
-            out[i + 1] = str(math.ceil(float(out[i + 1])))
-    return out
-
-
-def respell_flag(arg: str, flags: frozenset[str]) -> str:
-    """``arg`` as the vLLM whose flags are ``flags`` spells it: 0.34 turns a feature off
-    with ``--disable-X``, 0.32 with argparse's ``--no-enable-X`` (the builders write the
-    pinned version's spelling).
-
-    >>> respell_flag("--disable-prefix-caching", frozenset({"--no-enable-prefix-caching"}))
-    '--no-enable-prefix-caching'
-    >>> respell_flag("--disable-prefix-caching", frozenset({"--disable-prefix-caching"}))
-    '--disable-prefix-caching'
-    """
-    if arg in flags:
-        return arg
-    for spelt, other in (("--disable-", "--no-enable-"), ("--no-enable-", "--disable-")):
-        if arg.startswith(spelt) and other + arg[len(spelt) :] in flags:
-            return other + arg[len(spelt) :]
-    return arg
 
 
 def check_local_model(uri: str) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from tandem.api import InferenceService
 from tandem.api.vocab import PoolRole
+from tandem.engine.model.cost_preset import CostPreset
 from tandem.policy.baselines import (
     Autoscaler,
     DynamoSlaPlanner,
@@ -93,6 +94,8 @@ class Scenario:
     model: str | None = None
     gpu: str | None = None
     kv_link_bytes_per_s: float = DEFAULT_KV_LINK_BYTES_PER_S
+    preset: CostPreset | None = None
+    """A measured engine for every pool (``tandem simulate --preset``)."""
 
 
 def build_scenario(
@@ -110,6 +113,7 @@ def build_scenario(
     exact_engine: bool = False,
     record_observations: bool = False,
     warmup_s: float = DEFAULT_WARMUP_S,
+    preset: CostPreset | None = None,
 ) -> Scenario:
     """The shared setup of a comparison, with its oracle."""
     plan = build_fleet_plan(
@@ -119,6 +123,7 @@ def build_scenario(
         cold_start_s=cold_start_s,
         kv_link_bytes_per_s=kv_link_bytes_per_s,
         exact_engine=exact_engine,
+        preset=preset,
     )
     if staleness_s is None:
         metrics = isvc.spec.autoscaling.metrics
@@ -138,6 +143,7 @@ def build_scenario(
         model=model,
         gpu=gpu,
         kv_link_bytes_per_s=kv_link_bytes_per_s,
+        preset=preset,
     )
 
 
@@ -219,6 +225,7 @@ def plan_for(name: str, scenario: Scenario) -> tuple[FleetPlan, dict[PoolRole, i
             kv_link_bytes_per_s=scenario.kv_link_bytes_per_s,
             mode="aggregated",
             exact_engine=scenario.exact_engine,
+            preset=scenario.preset,
         )
         pool = agg.pools["pool"]
         n = max(budget // max(pool.gpus_per_replica, 1), 1)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from tandem.api import InferenceService
 from tandem.api.vocab import PoolRole
 from tandem.engine.model import CostModel, Engine, EngineConfig, get_model
+from tandem.engine.model.cost_preset import CostPreset
 from tandem.policy.config import LatencyTargets, PolicyConfig, compute_policy_config
 from tandem.router.config import RouterConfig, build_router_config
 
@@ -118,10 +119,15 @@ def build_fleet_plan(
     kv_link_bytes_per_s: float = DEFAULT_KV_LINK_BYTES_PER_S,
     mode: str | None = None,
     exact_engine: bool = False,
+    preset: CostPreset | None = None,
 ) -> FleetPlan:
-    """The fleet an InferenceService declares (``mode`` may force ``aggregated``)."""
+    """The fleet an InferenceService declares (``mode`` may force ``aggregated``);
+    ``preset``: every pool's engines are the measured one (its model, device, KV cache
+    and scheduler limits; the pool's own ``maxNumSeqs``/``maxNumBatchedTokens`` win)."""
     spec = isvc.spec
-    preset = model or resolve_model_preset(isvc)
+    if preset is not None:
+        model = model or "measured"
+    model_name = model or resolve_model_preset(isvc)
     pools: dict[PoolRole, PoolPlan] = {}
     specs = spec.pools()
     if mode == "aggregated" and spec.mode != "aggregated":
@@ -141,20 +147,28 @@ def build_fleet_plan(
         if pool.max_num_batched_tokens:
             overrides["max_num_batched_tokens"] = pool.max_num_batched_tokens
         try:
-            probe = Engine.from_presets(
-                preset,
-                gpu_name,
-                pool.tp_size,
-                gpu_memory_utilization=pool.gpu_memory_utilization or 0.9,
-                **overrides,
-            )
+            if preset is not None:
+                probe = Engine(preset.engine_config(**overrides), preset.cost_model())
+            else:
+                probe = Engine.from_presets(
+                    model_name,
+                    gpu_name,
+                    pool.tp_size,
+                    gpu_memory_utilization=pool.gpu_memory_utilization or 0.9,
+                    **overrides,
+                )
         except KeyError as err:
             raise PlanError(str(err.args[0]) if err.args else str(err)) from None
+        except ValueError as err:
+            raise PlanError(f"{role}: the preset's engine: {err}") from None
         config = probe.config
         if spec.model.max_model_len:
-            config = replace(config, max_model_len=spec.model.max_model_len)
+            try:
+                config = replace(config, max_model_len=spec.model.max_model_len)
+            except ValueError as err:
+                raise PlanError(f"spec.model.maxModelLen: {err}") from None
         if config.num_gpu_blocks < 1:
-            raise PlanError(f"{role}: {preset} does not fit on {pool.tp_size} x {gpu_name}")
+            raise PlanError(f"{role}: {model_name} does not fit on {pool.tp_size} x {gpu_name}")
         pools[role] = PoolPlan(
             role=role,
             engine_config=config,
