@@ -218,7 +218,7 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
     failure = f"no ready {role} engine"
     tried: set[str] = set()
     for _ in range(2):
-        endpoint = await _pick_any(router, role, tried)
+        endpoint = pick_engine(router, role, tried)
         if endpoint is None:
             break
         try:
@@ -242,7 +242,8 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
     return error_response(503, failure, retry_after_s=router.config.retry_after_s)
 
 
-async def _pick_any(router: Router, role: str, tried: set[str]) -> str | None:
+def pick_engine(router: Router, role: str, tried: set[str]) -> str | None:
+    """A healthy engine of ``role`` not tried yet (any untried one if none is healthy)."""
     now_s = asyncio.get_running_loop().time()
     members = [e for e in router.pools[role].members() if e.url not in tried]
     healthy = [e for e in members if e.healthy(now_s)] or members

@@ -27,9 +27,8 @@ from aiohttp import web
 
 from tandem.router.legs import new_request_id
 from tandem.router.protocol import build_error_body
-from tandem.router.proxy import ROUTER, handle_health
+from tandem.router.proxy import ROUTER, handle_health, pick_engine
 from tandem.router.responses import error_response
-from tandem.router.state import Router
 
 log = logging.getLogger("tandem.router")
 
@@ -80,18 +79,6 @@ async def relay_to_engine(request: web.Request) -> web.StreamResponse:
         503, f"no {role} engine answered {request.method} {request.path}; retry later",
         request_id=request_id, retry_after_s=1,
     )  # fmt: skip
-
-
-def pick_engine(router: Router, role: str, tried: set[str]) -> str | None:
-    """A healthy engine of ``role`` not tried yet (any untried one if none is healthy)."""
-    now_s = asyncio.get_running_loop().time()
-    members = [e for e in router.pools[role].members() if e.url not in tried]
-    healthy = [e for e in members if e.healthy(now_s)] or members
-    if not healthy:
-        return None
-    url = router.rng.choice(healthy).url
-    tried.add(url)
-    return url
 
 
 async def handle_load(request: web.Request) -> web.Response:
