@@ -21,15 +21,17 @@ from tests.vllm.timing import RUNNING, STARTUPS
 PD_ROLES = {"prefill": "prefill", "decode": "decode"}
 
 
-@pytest.fixture(scope="session")
+# Package scope: the engines stop once the contract tests are done. An idle vLLM CPU
+# engine's worker still spins (about half a core each), which would slow every test after.
+@pytest.fixture(scope="package")
 def collector() -> Iterator[Collector]:
-    """The OTLP/HTTP collector every real engine of the session sends its spans to."""
+    """The OTLP/HTTP collector every real engine of the package sends its spans to."""
     found = Collector()
     yield found
     found.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fleet(tmp_path_factory: pytest.TempPathFactory, collector: Collector) -> Iterator[Fleet]:
     cache: list[tuple[VllmInstall, Path]] = []
 
