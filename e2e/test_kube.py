@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from tests.factories import make_manifest
 from tests.support import eventually
+from tests.support.listwatch import Seen
 
 from cluster import audit
 from cluster.fixtures import Cluster
@@ -412,20 +413,6 @@ def pod(namespace: str, name: str, app: str = "web") -> dict[str, Any]:
             "containers": [{"name": "c", "image": "busybox:1.36"}],
         },
     }
-
-
-class Seen:
-    """What a ListWatch handed over: the latest list, then every event."""
-
-    def __init__(self) -> None:
-        self.lists: list[list[str]] = []
-        self.events: list[tuple[str, str]] = []
-
-    def on_list(self, items: list[dict[str, Any]]) -> None:
-        self.lists.append(sorted(i["metadata"]["name"] for i in items))
-
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self.events.append((kind, obj["metadata"]["name"]))
 
 
 @contextlib.asynccontextmanager

@@ -21,19 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from cluster import audit
+from suite.objects import CHILD_RESOURCES, SERVICE_LABEL
 from tandem.api.validate import load_inference_service
 from tandem.manifests import Owner, build_children
 
-SERVICE_LABEL = "serving.tandem.dev/service"
-CHILD_RESOURCES = (
-    "deployments.apps",
-    "services",
-    "poddisruptionbudgets.policy",
-    "networkpolicies.networking.k8s.io",
-    "serviceaccounts",
-    "roles.rbac.authorization.k8s.io",
-    "rolebindings.rbac.authorization.k8s.io",
-)
 #: Audit ``objectRef.resource`` of each child kind.
 RESOURCE_OF_KIND = {
     "Deployment": "deployments",

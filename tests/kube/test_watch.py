@@ -16,6 +16,7 @@ from tandem.kube import POD, KubeClient, KubeError
 from tandem.kube.watch import ListWatch, Query, list_objects, watch_objects
 from tests.support import Emulator, emulator_url, eventually, serve_emulator
 from tests.support.kube_faults import FaultRule
+from tests.support.listwatch import Seen
 
 
 def pod(name: str, app: str = "web") -> dict[str, Any]:
@@ -29,20 +30,6 @@ def pod(name: str, app: str = "web") -> dict[str, Any]:
 
 async def create(client: KubeClient, obj: dict[str, Any]) -> None:
     await client.request("POST", POD.path("default"), body=obj)
-
-
-class Seen:
-    """What a ListWatch handed over: the latest list, then every event."""
-
-    def __init__(self) -> None:
-        self.lists: list[list[str]] = []
-        self.events: list[tuple[str, str]] = []
-
-    def on_list(self, items: list[dict[str, Any]]) -> None:
-        self.lists.append(sorted(i["metadata"]["name"] for i in items))
-
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self.events.append((kind, obj["metadata"]["name"]))
 
 
 @contextlib.asynccontextmanager
