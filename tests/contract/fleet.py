@@ -163,7 +163,7 @@ def spawn_sim_args(name: str, role: Role, args: list[str], log_dir: Path, port: 
     return Engine("sim", name, role, port, port, process, log_path)
 
 
-def _warm_handshakes(engines: Iterable[Engine]) -> None:
+def warm_handshakes(engines: Iterable[Engine], served: str = SERVED_NAME) -> None:
     """One handoff from each prefill engine to each decode engine among ``engines``, tried
     up to three times until the KV moves.
 
@@ -177,15 +177,15 @@ def _warm_handshakes(engines: Iterable[Engine]) -> None:
     for prefill in (e for e in engines if e.role == "prefill"):
         for decode in (e for e in engines if e.role == "decode"):
             for _ in range(3):
-                if _one_handoff(prefill, decode):
+                if _one_handoff(prefill, decode, served):
                     break
 
 
-def _one_handoff(prefill: Engine, decode: Engine) -> bool:
+def _one_handoff(prefill: Engine, decode: Engine, served: str) -> bool:
     """Whether a one-token handoff from ``prefill`` to ``decode`` moved the KV."""
     handoff = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
-    body = {"model": SERVED_NAME, "prompt": "Warm the side channel, please. " * 8,
+    body = {"model": served, "prompt": "Warm the side channel, please. " * 8,
             "max_tokens": 1}  # fmt: skip
     try:
         params = _post(prefill.url + "/v1/completions", {**body, "kv_transfer_params": handoff})
@@ -251,7 +251,7 @@ class Fleet:
             self.startups.append((f"{kind}:{engine.name}", engine.startup_s or 0.0))
         found = {name: self.engines[(kind, name)] for name in roles}
         if kind == "vllm" and started:
-            _warm_handshakes(found.values())
+            warm_handshakes(found.values())
         return found
 
     def _spawn(self, kind: Kind, name: str, role: Role, ports: tuple[int, int] | None = None

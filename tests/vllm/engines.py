@@ -31,6 +31,8 @@ VLLM_VERSION = "0.32.0"
 INSTALL_COMMAND = "bash .ci/install-vllm"
 MARKER = ".tandem-complete"
 SERVED_NAME = "tiny-llama"
+#: A ``sitecustomize`` for the engines' Python: NIXL's progress thread sleeps between rounds.
+QUIET = Path(__file__).resolve().parent / "quiet"
 
 Role = Literal["aggregated", "prefill", "decode"]
 KV_ROLES: dict[Role, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
@@ -97,6 +99,10 @@ def engine_env(side_channel_port: int) -> dict[str, str]:
         UCX_TLS="tcp,self,sm",
         VLLM_NIXL_SIDE_CHANNEL_HOST="127.0.0.1",
         VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_channel_port),
+        # NIXL's progress thread spins a whole core per idle prefill or decode engine;
+        # the module in QUIET gives it a millisecond's sleep between rounds.
+        PYTHONPATH=str(QUIET),
+        TANDEM_NIXL_PROGRESS_DELAY_US="1000",
     )
     return env
 

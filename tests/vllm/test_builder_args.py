@@ -17,13 +17,14 @@ arguments set.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.contract.fleet import Engine, spawn_sim_args
+from tests.contract.fleet import Engine, spawn_sim_args, warm_handshakes
 from tests.contract.http import call, metric_sum, metrics_of
 from tests.vllm.engines import Role, VllmInstall, free_port, spawn_serve
 from tests.vllm.examples import TINY_MAX_MODEL_LEN, ExampleRun, RoleArgs, plan_example_runs
@@ -141,6 +142,8 @@ async def test_the_rendered_arguments_start_engines_that_serve(
             await check_served(engine, role.served_name, expected_max_model_len(role))
         if run.disaggregated:
             by_role = {role.role: e for role, e in zip(run.engines, engines, strict=True)}
+            if any(e.kind == "vllm" for e in engines):  # the first handshake may be late
+                await asyncio.to_thread(warm_handshakes, engines, served)
             await serve_disaggregated(by_role["prefill"], by_role["decode"], served)
         else:
             await serve_aggregated(engines[0], served)
