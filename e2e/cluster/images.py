@@ -73,6 +73,21 @@ def _vllm_programs() -> dict[str, str] | None:
     return {"vllm": str(path), "python": py, "python3": py}
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def image_paths() -> list[Path]:
+    """The host directories the images' stand-ins live in: the repository (the editable
+    ``tandem``, the pods' ``sitecustomize``), the active virtualenv and the Python it was
+    made from, and the CPU vLLM's virtualenv. A volume's mount point never hides them
+    (``volumes.kept_paths``), as a volume never hides an image's own files."""
+    paths = [REPO, Path(sys.prefix), Path(sys.base_prefix)]
+    vllm = installed_vllm()
+    if vllm is not None:
+        paths += [vllm.parent.parent, Path(os.path.realpath(vllm)).parent.parent]
+    return paths
+
+
 # vLLM flags and what the simulated engine does with them: "keep" passes the flag and
 # its value, "drop" leaves out a flag with a value, "drop-switch" one without.
 _VLLM_TO_SIM: dict[str, str] = {

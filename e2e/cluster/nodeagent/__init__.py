@@ -16,7 +16,9 @@ and ``envFrom``, plus ``KUBERNETES_SERVICE_HOST=127.0.0.1`` and
 projected ServiceAccount token, ``ca.crt`` and ``namespace`` at
 ``/var/run/secrets/kubernetes.io/serviceaccount``, configMap, secret, downwardAPI and
 emptyDir) bind-mounted in a private mount namespace per container process (``unshare``;
-needs root), so in-cluster clients read their own pod's token at the fixed path; HTTP,
+needs root), so in-cluster clients read their own pod's token at the fixed path (a
+volume over a directory holding the host programs that stand in for the image, such as
+an ``emptyDir`` at ``/tmp`` over a checkout in ``/tmp``, keeps them visible inside it); HTTP,
 TCP and exec startup/readiness/liveness probes with their timing fields; ``preStop``
 exec, httpGet and sleep hooks; SIGTERM, then SIGKILL after the grace period; restarts per
 ``restartPolicy`` with the kubelet's back-off; status (phase, conditions

@@ -43,6 +43,8 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     mounts: list[Mount]
+    keep: list[Path] = field(default_factory=list)
+    """Host paths the mounts must not hide (``images.image_paths``)."""
 
 
 @dataclass
@@ -85,7 +87,7 @@ class Container:
         cwd = self.spec.get("workingDir")
         try:
             proc = self.spawner.spawn(
-                wrap_with_mounts(self.launch.argv, self.launch.mounts),
+                wrap_with_mounts(self.launch.argv, self.launch.mounts, self.launch.keep),
                 log_path=log_path,
                 env=self.launch.env,
                 cwd=Path(cwd) if cwd and Path(cwd).is_dir() else self.pod_dir,
@@ -227,7 +229,7 @@ class Container:
         env = self.launch.env
         argv = [localize(expand(a, env), self.ip) for a in resolve_hook(self.run.image, command)]
         proc = self.spawner.spawn(
-            wrap_with_mounts(argv, self.launch.mounts),
+            wrap_with_mounts(argv, self.launch.mounts, self.launch.keep),
             log_path=self.pod_dir / f"{self.name}.exec.log",
             env=env,
             cwd=self.pod_dir,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.images import ImageNotRunnable, resolve_argv
+from cluster.images import ImageNotRunnable, image_paths, resolve_argv
 from cluster.kubeapi import ApiException, call_json
 from cluster.nodeagent.container import Container, Launch
 from cluster.nodeagent.podspec import (
@@ -266,7 +266,7 @@ class PodRunner:
                     f"container {c['name']} needs volume mounts: {self.ctx.mounts_problem}"
                 )
             argv = [localize(expand(a, env), self.ip) for a in argv]
-            container.launch = Launch(argv=argv, env=env, mounts=mounts)
+            container.launch = Launch(argv=argv, env=env, mounts=mounts, keep=image_paths())
 
     def _get(self, method: Any, name: str, namespace: str) -> dict[str, Any] | None:
         return call_json(method, name, namespace, _request_timeout=15)

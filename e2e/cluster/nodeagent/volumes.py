@@ -14,7 +14,7 @@ apiserver to a year, as for kubelets). Any other volume type is refused with its
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,31 +157,71 @@ def container_mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) 
     return mounts
 
 
-# Runs inside the new mount namespace: mounts, then becomes the container's program.
+# Runs inside the new mount namespace: keeps, then mounts, then becomes the program.
+# "keep HOST DEST -" binds a host path into a volume's directory before that volume
+# covers it; "mount SOURCE TARGET rw|ro" puts a volume in place (recursively, with the
+# paths kept inside it).
 _MOUNT_SCRIPT = """
 while [ "$1" != "--" ]; do
-  if [ -d "$1" ]; then mkdir -p "$2"; else mkdir -p "$(dirname "$2")"; [ -e "$2" ] || : > "$2"; fi
-  mount --bind "$1" "$2" || exit 126
-  if [ "$3" = ro ]; then mount -o remount,bind,ro "$2" || exit 126; fi
-  shift 3
+  if [ "$1" = keep ]; then
+    mkdir -p "$3" && mount --bind "$2" "$3" || exit 126
+  else
+    if [ -d "$2" ]; then mkdir -p "$3"; else mkdir -p "$(dirname "$3")"; [ -e "$3" ] || : > "$3"; fi
+    mount --rbind "$2" "$3" || exit 126
+    if [ "$4" = ro ]; then mount -o remount,bind,ro "$3" || exit 126; fi
+  fi
+  shift 4
 done
 shift
 exec "$@"
 """
 
 
-def wrap_with_mounts(argv: list[str], mounts: list[Mount]) -> list[str]:
+def _under(path: str, directory: str) -> bool:
+    return path != directory and path.startswith(directory.rstrip("/") + "/")
+
+
+def kept_paths(mounts: list[Mount], keep: Iterable[Path]) -> list[tuple[str, Path]]:
+    """(host path, where it goes in a volume's directory) for each path of ``keep`` that a
+    mount target would cover, outermost first, nested ones left out.
+
+    The processes are the host's programs, not an image's: a volume mounted at ``/tmp``
+    over a checkout under ``/tmp`` would hide the program itself (exit 127), where in a
+    real container the image's files are never under a volume's mount point. The paths
+    an image stands in for stay visible through the volume instead.
+
+    >>> m = [Mount(Path("/pods/p/volumes/tmp"), "/tmp", False)]
+    >>> kept_paths(m, [Path("/tmp/ci"), Path("/tmp/ci/.venv"), Path("/usr")])
+    [('/tmp/ci', PosixPath('/pods/p/volumes/tmp/ci'))]
+    """
+    paths = sorted({os.path.normpath(str(k)) for k in keep})
+    outer = [p for p in paths if not any(_under(p, q) for q in paths)]
+    out: list[tuple[str, Path]] = []
+    for p in outer:
+        for m in mounts:
+            target = os.path.normpath(m.target)
+            if _under(p, target):
+                out.append((p, m.source / os.path.relpath(p, target)))
+                break
+    return out
+
+
+def wrap_with_mounts(argv: list[str], mounts: list[Mount], keep: Iterable[Path] = ()) -> list[str]:
     """``argv`` run in a private mount namespace of its own with ``mounts`` in place, so
     fixed paths (the ServiceAccount directory) differ per pod; unchanged without mounts.
+    The host paths of ``keep`` (the programs standing in for the image) stay visible
+    when a mount target covers them (see ``kept_paths``).
 
     The mount points are created when missing: as empty directories (or files) on the
     host, since the namespace shares the host's filesystem underneath.
     """
     if not mounts:
         return argv
-    triples: list[str] = []
+    ops: list[str] = []
+    for host, dest in kept_paths(mounts, keep):
+        ops += ["keep", host, str(dest), "-"]
     for m in mounts:
-        triples += [str(m.source), m.target, "ro" if m.read_only else "rw"]
+        ops += ["mount", str(m.source), m.target, "ro" if m.read_only else "rw"]
     return [
         "unshare",
         "--mount",
@@ -192,7 +232,7 @@ def wrap_with_mounts(argv: list[str], mounts: list[Mount]) -> list[str]:
         "-c",
         _MOUNT_SCRIPT,
         "sh",
-        *triples,
+        *ops,
         "--",
         *argv,
     ]
