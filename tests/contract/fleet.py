@@ -233,6 +233,8 @@ class Fleet:
         self.traces_url = traces_url
         self.engines: dict[tuple[Kind, str], Engine] = {}
         self.startups: list[tuple[str, float]] = []
+        self.warm: set[tuple[str, str]] = set()
+        """(prefill, decode) names of the real engines whose handshake is held."""
 
     def get(self, kind: Kind, roles: dict[str, Role]) -> dict[str, Engine]:
         """The engines named in ``roles`` (``{"prefill": "prefill", ...}``) of ``kind``,
@@ -250,9 +252,19 @@ class Fleet:
         for engine in started:
             self.startups.append((f"{kind}:{engine.name}", engine.startup_s or 0.0))
         found = {name: self.engines[(kind, name)] for name in roles}
-        if kind == "vllm" and started:
-            warm_handshakes(found.values())
+        if kind == "vllm":
+            self._warm(found.values())
         return found
+
+    def _warm(self, engines: Iterable[Engine]) -> None:
+        """Warm the pairs among ``engines`` not warmed since either engine (re)started:
+        a test after one that restarted an engine sees its handoff as warm as before."""
+        engines = list(engines)
+        for prefill in (e for e in engines if e.role == "prefill"):
+            for decode in (e for e in engines if e.role == "decode"):
+                if (prefill.name, decode.name) not in self.warm:
+                    warm_handshakes([prefill, decode])
+                    self.warm.add((prefill.name, decode.name))
 
     def _spawn(self, kind: Kind, name: str, role: Role, ports: tuple[int, int] | None = None
                ) -> Engine:  # fmt: skip
@@ -279,6 +291,7 @@ class Fleet:
         The process is spawned on the calling (main) thread: a child's parent-death signal
         follows the thread that forked it, and an executor thread ends with its loop."""
         engine.stop(5.0)
+        self.warm = {pair for pair in self.warm if engine.name not in pair}
         again = self._spawn(engine.kind, engine.name, engine.role, (engine.port, engine.kv_port))
         await asyncio.to_thread(again.wait_ready)
         self.startups.append((f"{engine.kind}:{engine.name} (restart)", again.startup_s or 0.0))
@@ -288,6 +301,7 @@ class Fleet:
         """Forget ``engine`` (a test ended it); a later :meth:`get` starts a new one."""
         engine.stop(5.0)
         self.engines.pop((engine.kind, engine.name), None)
+        self.warm = {pair for pair in self.warm if engine.name not in pair}
 
     def close(self) -> None:
         engines = list(self.engines.values())
@@ -296,3 +310,4 @@ class Fleet:
         for engine in engines:
             engine.stop()
         self.engines.clear()
+        self.warm.clear()
