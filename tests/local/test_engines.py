@@ -16,6 +16,7 @@ from tandem.local.engines import (
     build_vllm_command,
     check_local_model,
 )
+from tandem.local.processes import PORT_SPAN, ephemeral_low, free_port
 from tandem.manifests.vllm_args import build_vllm_args
 from tandem.manifests.vllm_cpu import GPU_ONLY_FLAGS, adapt_vllm_args_for_cpu
 from tests.factories import make_manifest, with_path
@@ -132,3 +133,19 @@ def test_an_off_switch_is_spelled_as_the_installed_vllm_spells_it() -> None:
             "--disable-prefix-caching",
             "--no-enable-prefix-caching",
         } - {spelling} & set(argv)
+
+
+def test_engine_ports_come_from_below_the_ephemeral_range_and_never_twice(
+    tmp_path: Path,
+) -> None:
+    """An engine binds its ports long after it is given them: ports from the ephemeral
+    range could be taken meanwhile by outgoing connections (Address already in use)."""
+    low = ephemeral_low()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(max(1024, low - PORT_SPAN) <= p < low for p in ports), (low, ports)
+    odd = tmp_path / "range"
+    odd.write_text("not numbers")
+    assert ephemeral_low(odd) == 32768
+    odd.write_text("40000\t60999\n")
+    assert ephemeral_low(odd) == 40000

