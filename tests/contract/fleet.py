@@ -173,12 +173,17 @@ def warm_handshakes(engines: Iterable[Engine], served: str = SERVED_NAME) -> Non
     instead. The handshake's result is kept for later requests, so the tests see the
     handoff as a warm engine does. Best effort: a test whose KV does not move still fails.
     """
+    for prefill, decode in pd_pairs(engines):
+        for _ in range(3):
+            if _one_handoff(prefill, decode, served):
+                break
+
+
+def pd_pairs(engines: Iterable[Engine]) -> list[tuple[Engine, Engine]]:
+    """Every (prefill, decode) pair among ``engines``."""
     engines = list(engines)
-    for prefill in (e for e in engines if e.role == "prefill"):
-        for decode in (e for e in engines if e.role == "decode"):
-            for _ in range(3):
-                if _one_handoff(prefill, decode, served):
-                    break
+    prefills = [e for e in engines if e.role == "prefill"]
+    return [(p, d) for p in prefills for d in engines if d.role == "decode"]
 
 
 def _one_handoff(prefill: Engine, decode: Engine, served: str) -> bool:
@@ -259,12 +264,14 @@ class Fleet:
     def _warm(self, engines: Iterable[Engine]) -> None:
         """Warm the pairs among ``engines`` not warmed since either engine (re)started:
         a test after one that restarted an engine sees its handoff as warm as before."""
-        engines = list(engines)
-        for prefill in (e for e in engines if e.role == "prefill"):
-            for decode in (e for e in engines if e.role == "decode"):
-                if (prefill.name, decode.name) not in self.warm:
-                    warm_handshakes([prefill, decode])
-                    self.warm.add((prefill.name, decode.name))
+        for prefill, decode in pd_pairs(engines):
+            if (prefill.name, decode.name) not in self.warm:
+                warm_handshakes([prefill, decode])
+                self.warm.add((prefill.name, decode.name))
+
+    def _cold(self, engine: Engine) -> None:
+        """``engine`` stopped: its pairs' handshakes are gone."""
+        self.warm = {pair for pair in self.warm if engine.name not in pair}
 
     def _spawn(self, kind: Kind, name: str, role: Role, ports: tuple[int, int] | None = None
                ) -> Engine:  # fmt: skip
@@ -291,7 +298,7 @@ class Fleet:
         The process is spawned on the calling (main) thread: a child's parent-death signal
         follows the thread that forked it, and an executor thread ends with its loop."""
         engine.stop(5.0)
-        self.warm = {pair for pair in self.warm if engine.name not in pair}
+        self._cold(engine)
         again = self._spawn(engine.kind, engine.name, engine.role, (engine.port, engine.kv_port))
         await asyncio.to_thread(again.wait_ready)
         self.startups.append((f"{engine.kind}:{engine.name} (restart)", again.startup_s or 0.0))
@@ -301,7 +308,7 @@ class Fleet:
         """Forget ``engine`` (a test ended it); a later :meth:`get` starts a new one."""
         engine.stop(5.0)
         self.engines.pop((engine.kind, engine.name), None)
-        self.warm = {pair for pair in self.warm if engine.name not in pair}
+        self._cold(engine)
 
     def close(self) -> None:
         engines = list(self.engines.values())

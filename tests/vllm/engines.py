@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tandem.local.engines import NIXL_DELAY_ENV, VLLM_SITE
+from tandem.local.engines import build_vllm_env
 from tandem.local.processes import free_port
 
 VLLM_VERSION = "0.32.0"
@@ -68,36 +68,12 @@ def find_install() -> tuple[VllmInstall | None, str]:
 
 
 def engine_env(side_channel_port: int) -> dict[str, str]:
-    """The environment of one engine: offline, loopback only, small, quiet."""
+    """The environment of one engine: this one without its virtualenv and Python
+    settings, plus exactly what ``tandem up --engine vllm`` gives its engines
+    (:func:`~tandem.local.engines.build_vllm_env`: offline, loopback only, a 1 GiB KV
+    cache, one OpenMP thread, no core pinning, NIXL over TCP with its progress delay)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    env.update(
-        PYTHONUNBUFFERED="1",
-        VLLM_TARGET_DEVICE="cpu",
-        # Nothing may come from a model hub, and nothing may leave the machine: no usage
-        # report, and vLLM's own address is loopback rather than the first interface's.
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-        VLLM_HOST_IP="127.0.0.1",
-        # 1 GiB of KV cache is a million tokens of the tiny model; the default is a share
-        # of the machine's memory per engine, too much for three engines on 24 GiB.
-        VLLM_CPU_KVCACHE_SPACE="1",
-        # vLLM pins its worker to core 0 and reserves the others by default: engines
-        # started side by side would all share core 0. Let the kernel spread them.
-        VLLM_CPU_OMP_THREADS_BIND="nobind",
-        OMP_NUM_THREADS="1",
-        # NIXL over UCX's TCP, shared-memory and self transports (no RDMA device here);
-        # each engine's side channel on its own port, advertised as 127.0.0.1.
-        UCX_TLS="tcp,self,sm",
-        VLLM_NIXL_SIDE_CHANNEL_HOST="127.0.0.1",
-        VLLM_NIXL_SIDE_CHANNEL_PORT=str(side_channel_port),
-        # NIXL's progress thread spins a whole core per idle prefill or decode engine;
-        # the sitecustomize of VLLM_SITE gives it a millisecond's sleep between rounds,
-        # as for `tandem up --engine vllm`.
-        PYTHONPATH=str(VLLM_SITE),
-        **{NIXL_DELAY_ENV: "1000"},
-    )
+    env.update(build_vllm_env(side_channel_port, {}))
     return env
 
 
