@@ -117,19 +117,27 @@ def test_bad_url_is_an_argparse_error() -> None:
 
 
 @pytest.mark.asyncio
-async def test_the_command_serves_and_drains_on_sigterm(sims: object) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_the_command_serves_and_drains_on_sigterm(
+    sims: object, loop: str, tmp_path: Path
+) -> None:
+    """On both event loops: uvloop's transports are not ``asyncio.Transport`` subclasses,
+    which the connection guard once asserted (every connection failed under uvloop, the
+    loop ``--loop auto`` picks wherever uvloop is installed, as in vLLM's image)."""
     prefill: SimEngine = await sims("prefill")  # type: ignore[operator]
     decode: SimEngine = await sims("decode")  # type: ignore[operator]
     port = free_port()
+    stderr = (tmp_path / "stderr").open("wb")  # a file: a full pipe would stall the router
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tandem.cli", "router", "--port", str(port),
         "--prefill", prefill.url, "--decode", decode.url, "--log-level", "WARNING",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        "--loop", loop,
+        stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
         env={**os.environ},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
 
             async def up() -> bool:
                 try:
@@ -138,11 +146,14 @@ async def test_the_command_serves_and_drains_on_sigterm(sims: object) -> None:
                 except aiohttp.ClientError:
                     return False
 
-            await poll_until(up)
+            await poll_until(up, timeout_s=20)
             body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
             async with session.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200
                 assert (await resp.json())["choices"][0]["finish_reason"] == "length"
+            async with session.post(url + "/v1/completions", json=body | {"stream": True}) as resp:
+                assert resp.status == 200
+                assert (await resp.read()).endswith(b"data: [DONE]\n\n")
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):
             assert await process.wait() == 0
@@ -150,3 +161,6 @@ async def test_the_command_serves_and_drains_on_sigterm(sims: object) -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+        stderr.close()
+    errors = (tmp_path / "stderr").read_text()
+    assert "Traceback" not in errors, errors

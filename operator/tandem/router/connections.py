@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from aiohttp import web
 
@@ -69,13 +69,13 @@ class GuardedConnection(asyncio.Protocol):
         self._refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport; not always an asyncio.Transport subclass (uvloop's is not)
+        self.transport = cast(asyncio.Transport, transport)
         self.address = client_address(transport.get_extra_info("peername"))
         self.opened_s = asyncio.get_running_loop().time()
         if not self.guard.admit(self):
             self._refused = True
-            transport.abort()
+            self.transport.abort()
             return
         self.inner.connection_made(transport)
         self.set_deadline(self.guard.config.timeouts.request_header_s)
