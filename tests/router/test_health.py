@@ -61,3 +61,39 @@ def test_an_ejection_is_bounded_and_never_moved_by_failures_inside_it(
             assert e.ejected_until_s == before
         else:
             assert now_s + EJECT_BASE_S <= e.ejected_until_s <= now_s + EJECT_MAX_S
+
+
+def test_a_stall_needs_a_scrape_that_saw_the_counters_stand_still() -> None:
+    """Sent at 10 s with a 2 s quiet limit and a 60 s blind limit: a scrape at 12.5 s that
+    read the same counters proves the stall (deadline 12 s); without one (scrapes time out
+    under load) the leg waits until 60 s after the last progress."""
+    e = endpoint()
+    e.record_progress(500.0, now_s=9.0)
+    assert e.stall_deadline(10.0, 2.0, 60.0) == 70.0, "no scrape since the request: blind"
+    e.record_progress(500.0, now_s=11.0)
+    assert e.stall_deadline(10.0, 2.0, 60.0) == 70.0, "standing still for 1 s is no stall"
+    e.record_progress(500.0, now_s=12.5)
+    assert e.stall_deadline(10.0, 2.0, 60.0) == 12.0
+    e.record_progress(540.0, now_s=13.0)  # it moved: the quiet time starts again
+    assert e.stall_deadline(10.0, 2.0, 60.0) == 73.0
+    e.record_progress(None, now_s=16.0)  # counters missing from the page: no evidence
+    assert e.stall_deadline(10.0, 2.0, 60.0) == 73.0
+    e.record_progress(540.0, now_s=16.0)
+    assert e.stall_deadline(10.0, 2.0, 60.0) == 15.0
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.sampled_from([None, 1.0, 2.0])), max_size=20),
+    st.floats(0, 100),
+    st.floats(0.1, 10),
+    st.floats(0.1, 100),
+)
+def test_a_stall_deadline_is_never_before_the_quiet_limit_nor_past_the_blind_one(
+    scrapes: list[tuple[float, float | None]], since_s: float, quiet_s: float, blind_s: float
+) -> None:
+    e = endpoint()
+    for now_s, total in sorted(scrapes, key=lambda s: s[0]):
+        e.record_progress(total, now_s)
+    quiet_from = max(e.progress_s, since_s)
+    deadline = e.stall_deadline(since_s, quiet_s, blind_s)
+    assert quiet_from + quiet_s <= deadline <= quiet_from + max(quiet_s, blind_s)

@@ -5,12 +5,15 @@ simulated engines (one of them a ``tandem engine sim`` process that is killed)."
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from tandem.engine.server.config import FaultConfig
 from tandem.router.config import RouterConfig, Timeouts
 from tests.router.conftest import (
     MODEL,
@@ -55,6 +58,70 @@ async def test_a_non_streaming_answer_longer_than_the_first_token_timeout(
     generated = [(await e.stats())["engine"]["generation_tokens_total"] for e in handle.engines[1:]]
     assert sorted(generated) == [0, 250], "one decode engine did the work, once"
     assert metric_value(await handle.metrics(), "tandem_router_retries_total") == 0
+
+
+async def metrics_break_at_first_generation(engine_url: str) -> tuple[str, web.AppRunner]:
+    """A loopback front for ``engine_url`` whose ``/metrics`` answers 500 once a
+    generation request has passed through it (as a busy vLLM engine's scrape times out).
+    Non-streaming only: each answer is relayed whole."""
+    generating = False
+
+    async def forward(request: web.Request) -> web.Response:
+        nonlocal generating
+        if request.path == "/metrics" and generating:
+            return web.Response(status=500)
+        generating = generating or request.method == "POST"
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method, engine_url + request.path_qs, data=await request.read(),
+                headers=headers,
+            ) as resp,
+        ):  # fmt: skip
+            body = await resp.read()
+            kind = resp.headers.get("Content-Type", "text/plain").split(";")[0]
+            return web.Response(body=body, status=resp.status, content_type=kind)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return f"http://127.0.0.1:{runner.addresses[0][1]}", runner
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+async def test_failing_scrapes_are_no_evidence_of_a_stall(
+    pd_router: Factory, sims: Sims, hangs: bool
+) -> None:
+    """The decode engine's scrapes fail from the moment it gets the request. Working, it
+    is waited for: the answer comes though the 1 s first-token timeout passes with no
+    scrape showing progress (it was a 504). Hanging, the leg still fails, at the 4 s
+    idle timeout (the blind limit) rather than never."""
+    faults = FaultConfig(hang_rate=1.0 if hangs else 0.0)
+    engine = await sims("decode", faults=faults)
+    front, runner = await metrics_break_at_first_generation(engine.url)
+    try:
+        timeouts = Timeouts(connect_s=1.0, prefill_s=10.0, first_token_s=1.0, idle_stream_s=4.0)
+        config = RouterConfig(timeouts=timeouts, scrape_interval_s=0.1, prefix_affinity_tokens=0)
+        handle = await pd_router(config, prefill=["prefill"], decode=[SimEngine(front, "decode")])
+        body = {"model": MODEL, "prompt": "Tell a long story. " * 10, "max_tokens": 250}
+        async with (
+            asyncio.timeout(BOUND_S),
+            aiohttp.ClientSession() as session,
+            session.post(handle.base_url + "/completions", json=body) as resp,
+        ):
+            text = await resp.text()
+        if hangs:
+            assert resp.status == 504, text
+            assert "no progress within 1 s" in text
+        else:
+            assert resp.status == 200, text
+            assert json.loads(text)["usage"]["completion_tokens"] == 250
+    finally:
+        await runner.cleanup()
 
 
 async def spawn_on(port: int) -> SimEngine:

@@ -32,7 +32,8 @@ class Timeouts:
     first_token_s: float = 120.0
     """From the decode request to its first byte. A non-streaming answer has no first
     byte until it is whole: its leg fails once the engine has shown no progress (token
-    counters unchanged at its scrapes) for this long."""
+    counters unchanged at its scrapes) for this long; while its scrapes fail, after
+    ``idle_stream_s`` without progress."""
     idle_stream_s: float = 60.0
     """Longest silence between two chunks of a streaming answer; also the longest a
     streaming client may take no bytes before it is cut."""

@@ -17,7 +17,8 @@ before it pulled the KV, also tells the prefill engine to free its copy).
 
 A non-streaming answer shows no bytes until it is whole, so its engine's progress (the
 token counters the scraper reads) stands in for the first token: the leg fails only
-once the engine has shown no progress for the first-token timeout.
+once a scrape has seen no progress for the first-token timeout, or, while scrapes fail
+(no evidence either way), after the idle-stream timeout.
 """
 
 from __future__ import annotations
@@ -128,7 +129,12 @@ async def relay_once(
     resp: aiohttp.ClientResponse | None = None
     complete = False
     first_s = timeouts.first_token_s
-    progress = None if ex.parsed.stream else (lambda: endpoint.progress_s + first_s)
+    sent_s = asyncio.get_running_loop().time()
+    progress = (
+        None
+        if ex.parsed.stream
+        else (lambda: endpoint.stall_deadline(sent_s, first_s, timeouts.idle_stream_s))
+    )
     leg = ex.trace.leg(endpoint.role, endpoint.url, ex.attempt)
     if kv_params is not None:
         leg.start_handoff()

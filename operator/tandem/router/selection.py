@@ -89,6 +89,8 @@ class Endpoint:
     """The engine's processed-token counters at the last scrape that had them."""
     progress_s: float = float("-inf")
     """Monotonic time of the last scrape that saw those counters move."""
+    counted_s: float = float("-inf")
+    """Monotonic time of the last scrape that read those counters, moved or not."""
     recent_gap_s: float | None = None
     """Decode engines: a running mean of the token gaps of the streams relayed from it
     (``None`` before any): how close it runs to the ITL target."""
@@ -123,9 +125,37 @@ class Endpoint:
 
     def record_progress(self, tokens_total: float | None, now_s: float) -> None:
         """A scrape's processed-token counters; a change means the engine is working."""
-        if tokens_total is not None and tokens_total != self.tokens_total:
+        if tokens_total is None:
+            return
+        self.counted_s = now_s
+        if tokens_total != self.tokens_total:
             self.tokens_total = tokens_total
             self.progress_s = now_s
+
+    def stall_deadline(self, since_s: float, quiet_s: float, blind_s: float) -> float:
+        """When a request sent at ``since_s`` that shows no bytes until it is whole (a
+        non-streaming answer) has waited long enough on this engine.
+
+        A stall needs evidence: a scrape that read the token counters ``quiet_s`` or more
+        after they last moved (or after the request was sent), and found them unchanged.
+        A failed scrape is no evidence either way (under load an engine's ``/metrics`` can
+        take longer than the scrape timeout), so without such a scrape the wait goes on
+        until ``blind_s`` after the last progress.
+
+        >>> e = Endpoint(url="u", role="decode")
+        >>> e.record_progress(100.0, now_s=1.0)
+        >>> e.record_progress(100.0, now_s=4.0)   # unchanged 3 s after the request
+        >>> e.stall_deadline(since_s=1.0, quiet_s=2.0, blind_s=60.0)
+        3.0
+        >>> e = Endpoint(url="u", role="decode")
+        >>> e.record_progress(100.0, now_s=1.0)   # then its scrapes time out
+        >>> e.stall_deadline(since_s=1.0, quiet_s=2.0, blind_s=60.0)
+        61.0
+        """
+        quiet_from = max(self.progress_s, since_s)
+        if self.counted_s >= quiet_from + quiet_s:
+            return quiet_from + quiet_s
+        return quiet_from + max(quiet_s, blind_s)
 
     def record_success(self) -> None:
         self.consecutive_failures = 0

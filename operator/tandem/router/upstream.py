@@ -34,6 +34,9 @@ OVERLOAD_STATUSES = frozenset({429, 503})
 #: Longest ``Retry-After`` passed on from an engine (seconds).
 MAX_RETRY_AFTER_S = 3600
 
+#: How often a guard re-reads a progress deadline once its own deadline has passed.
+PROGRESS_RECHECK_S = 0.25
+
 
 class UpstreamFailure(Exception):
     """A leg that failed in a way another engine might not.
@@ -83,9 +86,10 @@ class StallGuard:
     """Cancels the current task when its deadline passes; ``touch`` moves the deadline.
 
     Starts with ``first_s`` (time to first byte); each :meth:`touch` sets the deadline to
-    now plus ``idle_s``. ``progress``, when given, is a second deadline read only when the
+    now plus ``idle_s``. ``progress``, when given, is a second deadline read once the
     first one passes (a non-streaming answer shows no bytes until it is whole, so its
-    engine's progress stands in for them). Use as a context manager: a guard-made
+    engine's progress stands in for them), then every :data:`PROGRESS_RECHECK_S`, as a
+    scrape can bring it closer. Use as a context manager: a guard-made
     cancellation leaves it as :class:`StallTimeout`, any other cancellation (the client
     went away) passes through.
     """
@@ -123,11 +127,14 @@ class StallGuard:
         deadline = self.deadline
         if self._progress is not None:
             deadline = max(deadline, self._progress())
-        if self._loop.time() >= deadline:
+        now = self._loop.time()
+        if now >= deadline:
             self.expired = True
             self._task.cancel()
-        else:
-            self._handle = self._loop.call_at(deadline, self._check)
+            return
+        if self._progress is not None and now >= self.deadline:
+            deadline = min(deadline, now + PROGRESS_RECHECK_S)
+        self._handle = self._loop.call_at(deadline, self._check)
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
