@@ -2,13 +2,18 @@
 
 ``apply_object`` is the write path of the reconciler: it creates what is missing, patches
 only what differs (:mod:`tandem.kube.semantic`) with the live ``resourceVersion`` as a
-precondition, and re-reads once when that precondition fails or the object turns out
-to exist already.
+precondition, and re-reads when that precondition fails or the object turns out to exist
+already. A Deployment's controller writes its status many times a second while it
+scales, and each write moves the ``resourceVersion``: conflicts are retried after a
+growing pause (:data:`CONFLICT_BACKOFF_S`, client-go's ``retry.DefaultBackoff``), so a
+busy controller is waited out rather than raced.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,6 +24,9 @@ from tandem.kube.semantic import LAST_APPLIED_ANNOTATION as LAST_APPLIED
 from tandem.kube.semantic import compute_apply_patch, with_last_applied
 
 Verb = Literal["create", "patch", "unchanged"]
+
+#: Pauses before the second, third... write after a conflict (seconds, each ±10 %).
+CONFLICT_BACKOFF_S = (0.01, 0.05, 0.25, 1.25)
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,9 @@ async def apply_object(
     """
     rtype, namespace, name = _identity(desired)
     current = None if live is None else dict(live)
-    for attempt in range(3):
+    attempts = len(CONFLICT_BACKOFF_S) + 1
+    for attempt in range(attempts):
+        last = attempt == attempts - 1
         if current is None:
             body = with_last_applied(desired)
             for key, value in (create_only or {}).items():
@@ -119,7 +129,7 @@ async def apply_object(
                 created = await client.request("POST", rtype.path(namespace), body=body)
                 return Applied("create", created)
             except KubeError as err:
-                if not err.already_exists or attempt == 2:
+                if not err.already_exists or last:
                     raise
             current = await fetch_object(client, rtype, namespace, name)
             continue
@@ -139,8 +149,10 @@ async def apply_object(
             )
             return Applied("patch", patched, changed_paths(patch))
         except KubeError as err:
-            if not (err.conflict or err.not_found) or attempt == 2:
+            if not (err.conflict or err.not_found) or last:
                 raise
+            if err.conflict:
+                await asyncio.sleep(CONFLICT_BACKOFF_S[attempt] * random.uniform(0.9, 1.1))
         current = await fetch_object(client, rtype, namespace, name)
     raise AssertionError("unreachable")
 
