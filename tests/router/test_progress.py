@@ -85,7 +85,7 @@ async def metrics_break_at_first_generation(engine_url: str) -> tuple[str, web.A
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", forward)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -97,14 +97,15 @@ async def test_failing_scrapes_are_no_evidence_of_a_stall(
     pd_router: Factory, sims: Sims, hangs: bool
 ) -> None:
     """The decode engine's scrapes fail from the moment it gets the request. Working, it
-    is waited for: the answer comes though the 1 s first-token timeout passes with no
-    scrape showing progress (it was a 504). Hanging, the leg still fails, at the 4 s
-    idle timeout (the blind limit) rather than never."""
+    is waited for: the answer (about 3 s) comes though the 1 s first-token timeout passes
+    with no scrape showing progress (it was a 504). Hanging, the leg still fails, at the
+    idle timeout (the blind limit, 3 s here) rather than never."""
     faults = FaultConfig(hang_rate=1.0 if hangs else 0.0)
+    blind_s = 3.0 if hangs else 30.0  # working: far beyond the answer, however slow
     engine = await sims("decode", faults=faults)
     front, runner = await metrics_break_at_first_generation(engine.url)
     try:
-        timeouts = Timeouts(connect_s=1.0, prefill_s=10.0, first_token_s=1.0, idle_stream_s=4.0)
+        timeouts = Timeouts(connect_s=1.0, prefill_s=10.0, first_token_s=1.0, idle_stream_s=blind_s)
         config = RouterConfig(timeouts=timeouts, scrape_interval_s=0.1, prefix_affinity_tokens=0)
         handle = await pd_router(config, prefill=["prefill"], decode=[SimEngine(front, "decode")])
         body = {"model": MODEL, "prompt": "Tell a long story. " * 10, "max_tokens": 250}
