@@ -306,10 +306,10 @@ async def test_an_overloaded_decode_engine_is_a_503_after_one_prefill(
 async def test_a_non_streaming_answer_longer_than_the_first_token_timeout(
     fleet: Fleet, engine_kind: Kind
 ) -> None:
-    """1,900 tokens take longer than twice the 2 s first-token timeout on either engine
-    (checked: a quiet machine gives 800 tokens of the tiny model in 3 s); timed by its
-    first byte, the non-streaming answer failed with 504. Timed by the decode engine's
-    token counters (the scraper reads them), it is answered."""
+    """1,900 tokens take longer than the 2 s first-token timeout on either engine (the
+    tiny model gives 270 to 530 tokens a second on two shared cores: 3.6 to 7 s); timed by
+    its first byte, the non-streaming answer failed with 504. Timed by the decode
+    engine's token counters (the scraper reads them), it is answered."""
     first_s = 2.0
     engines = _get(fleet, engine_kind, {"prefill": "prefill", "decode": "decode"})
     urls = {"prefill": [engines["prefill"].url], "decode": [engines["decode"].url]}
@@ -327,7 +327,7 @@ async def test_a_non_streaming_answer_longer_than_the_first_token_timeout(
             answer = await resp.json()
         took_s = time.monotonic() - started
         assert answer["usage"]["completion_tokens"] == 1900
-        assert took_s > 2 * first_s, f"{took_s:.1f} s: too quick to show the timeout's effect"
+        assert took_s > first_s, f"{took_s:.1f} s: too quick to show the timeout's effect"
         assert metric_sum(await handle.metrics(), "tandem_router_retries_total") == 0
     finally:
         await handle.serving.stop()
