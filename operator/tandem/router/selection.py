@@ -140,7 +140,7 @@ class Endpoint:
         after they last moved (or after the request was sent), and found them unchanged.
         A failed scrape is no evidence either way (under load an engine's ``/metrics`` can
         take longer than the scrape timeout), so without such a scrape the wait goes on
-        until ``blind_s`` after the last progress.
+        until ``blind_s`` after the last progress (or after the request was sent).
 
         >>> e = Endpoint(url="u", role="decode")
         >>> e.record_progress(100.0, now_s=1.0)
