@@ -172,10 +172,13 @@ async def relay_once(
                 first = await _read_chunk(resp, endpoint.url)
                 leg.first_byte()
         except StallTimeout:
+            # the limit that fired: the first-token timeout, or for a non-streaming leg
+            # whose scrapes failed, the longer blind wait
             what = "a first token" if ex.parsed.stream else "progress"
+            waited = f"{max(first_s, round(guard.waited_s, 1)):g} s"
             raise UpstreamFailure(
-                f"showed no {what} within {first_s:g} s",
-                detail=f"{endpoint.url}: no {what} within {first_s:g} s",
+                f"showed no {what} within {waited}",
+                detail=f"{endpoint.url}: no {what} within {waited}",
                 delivered=True,
                 status=504,
             ) from None

@@ -104,8 +104,11 @@ class StallGuard:
         self._task = task
         self._idle_s = idle_s
         self._progress = progress
-        self.deadline = self._loop.time() + first_s
+        self._started_s = self._loop.time()
+        self.deadline = self._started_s + first_s
         self.expired = False
+        self.waited_s = 0.0
+        """Once expired: how long after the guard started the deadline that fired was."""
         self._handle: asyncio.TimerHandle | None = None
 
     def touch(self) -> None:
@@ -130,6 +133,7 @@ class StallGuard:
         now = self._loop.time()
         if now >= deadline:
             self.expired = True
+            self.waited_s = deadline - self._started_s
             self._task.cancel()
             return
         if self._progress is not None and now >= self.deadline:
