@@ -27,10 +27,13 @@ proxy, and at 500 streams the direct throughput kept.
 
 Both proxies run as their own processes, pinned to the same core where the machine allows
 (one is measured while the other idles), so their CPU time (``/proc/PID/stat``) and peak
-RSS (``VmHWM``) are their own. Engines are simulated engines (``tandem.engine``'s app) on
-the other cores, the load generator a process of its own that reads raw SSE and parses
-nothing it does not need. Every process runs at real-time priority where permitted (see
-:func:`raise_priority`), so other work on a shared machine disturbs the figures less.
+RSS (``VmHWM``) are their own. Each runs as it ships: the router at its default log level
+(INFO: no line per request), the toy proxy at uvicorn's default, as vLLM's script starts it
+(``info``: an access-log line per request); their output goes to ``/dev/null``.
+Engines are simulated engines (``tandem.engine``'s app) on the other cores, the load
+generator a process of its own that reads raw SSE and parses nothing it does not need.
+Every process runs at real-time priority where permitted (see :func:`raise_priority`), so
+other work on a shared machine disturbs the figures less.
 
 Usage: ``python bench/router.py [--quick] [--levels 50,200,500] [--duration S] [--no-baseline]``
 """
@@ -619,7 +622,7 @@ async def main(cfg: argparse.Namespace) -> int:
     router_port = free_port()
     router = await spawn(
         ["-m", "tandem.cli", "router", "--port", str(router_port), "--prefill", ",".join(prefill),
-         "--decode", ",".join(decode), "--max-inflight", "100000", "--log-level", "WARNING"],
+         "--decode", ",".join(decode), "--max-inflight", "100000"],
         router_core,
     )  # fmt: skip
     procs.append(router)

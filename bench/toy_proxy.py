@@ -115,10 +115,15 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--prefill", required=True, help="URL[,URL...]")
     p.add_argument("--decode", required=True, help="URL[,URL...]")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        help="uvicorn's (info, its default and the toy proxy's: an access-log line a request)",
+    )
     args = p.parse_args()
     app = build_proxy(args.prefill.split(","), args.decode.split(","))
-    # uvicorn's defaults, as the toy proxy runs (uvloop and httptools when installed)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # uvicorn's defaults, as vLLM's toy proxy runs it (uvloop and httptools when installed)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
 if __name__ == "__main__":
