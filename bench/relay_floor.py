@@ -17,7 +17,7 @@ back-pressure: they are floors, not proxies):
 
 The upstream answers every POST with ``--tokens`` SSE events, one chunk each, ``--gap-ms``
 apart; a load process keeps ``--streams`` clients streaming until ``--requests`` are done.
-The relay runs on core 0 and the upstream and the load on the others where the machine
+The relay runs on one core and the upstream and the load on the others where the machine
 allows (as ``bench/router.py`` pins its proxies), everything on uvloop. The relay's CPU
 time (user and system, ``/proc/PID/stat``) over the measured requests is charged to the
 relayed tokens. Needs the ``bench`` extra (``pip install -e '.[bench]'``: uvloop,
@@ -41,6 +41,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from router import cpu_times, free_port, plan_cores
+
 try:
     import httptools
     import uvloop
@@ -57,24 +59,10 @@ DONE = b"data: [DONE]\n\n"
 MODES = ("aiohttp", "protocol")
 
 
-def pin(cores: set[int]) -> None:
-    """Run on ``cores`` where the machine has them (and has more than one)."""
-    available = os.sched_getaffinity(0)
-    if len(available) > 1 and cores & available:
-        os.sched_setaffinity(0, cores & available)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 # --- the upstream -----------------------------------------------------------------------
 
 
-def serve_upstream(port: int, tokens: int, gap_s: float) -> None:
+def serve_upstream(port: int, tokens: int, gap_s: float, cores: set[int] | None) -> None:
     async def handle(request: web.Request) -> web.StreamResponse:
         await request.read()
         answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -86,7 +74,8 @@ def serve_upstream(port: int, tokens: int, gap_s: float) -> None:
         await answer.write_eof()
         return answer
 
-    pin(set(range(1, os.cpu_count() or 1)))
+    if cores:
+        os.sched_setaffinity(0, cores)
     app = web.Application()
     app.router.add_post(PATH, handle)
     uvloop.install()
@@ -137,7 +126,7 @@ class Leg(asyncio.Protocol):
             self.done.set_result(False)
 
 
-def serve_relay(port: int, upstream: int, mode: str) -> None:
+def serve_relay(port: int, upstream: int, mode: str, cores: set[int] | None) -> None:
     idle: list[Leg] = []
     url = f"http://127.0.0.1:{upstream}{PATH}"
 
@@ -194,7 +183,8 @@ def serve_relay(port: int, upstream: int, mode: str) -> None:
     app.cleanup_ctx.append(session)
     app.router.add_post(PATH, handle)
 
-    pin({0})
+    if cores:
+        os.sched_setaffinity(0, cores)
     uvloop.install()
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
@@ -222,12 +212,6 @@ async def load(port: int, streams: int, requests: int) -> int:
     return events
 
 
-def cpu_ticks(pid: int) -> tuple[int, int]:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])  # utime, stime
-
-
 def wait_listening(port: int, deadline_s: float = 20.0) -> None:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -239,10 +223,15 @@ def wait_listening(port: int, deadline_s: float = 20.0) -> None:
 
 
 def measure(mode: str, streams: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One row: the relay on the first core, the upstream and this load on the others."""
+    relay_core, other_cores = plan_cores()
+    if other_cores:
+        os.sched_setaffinity(0, other_cores)
     ctx = multiprocessing.get_context("spawn")
     up_port, relay_port = free_port(), free_port()
-    upstream = ctx.Process(target=serve_upstream, args=(up_port, args.tokens, args.gap_ms / 1e3))
-    relay = ctx.Process(target=serve_relay, args=(relay_port, up_port, mode))
+    gap_s = args.gap_ms / 1e3
+    upstream = ctx.Process(target=serve_upstream, args=(up_port, args.tokens, gap_s, other_cores))
+    relay = ctx.Process(target=serve_relay, args=(relay_port, up_port, mode, relay_core))
     upstream.start()
     relay.start()
     try:
@@ -250,17 +239,16 @@ def measure(mode: str, streams: int, args: argparse.Namespace) -> dict[str, Any]
         wait_listening(relay_port)
         asyncio.run(load(relay_port, streams, max(streams, args.requests // 10)))  # warm-up
         assert relay.pid is not None
-        user0, sys0 = cpu_ticks(relay.pid)
+        user0, sys0 = cpu_times(relay.pid)
         start = time.monotonic()
         events = asyncio.run(load(relay_port, streams, args.requests))
         wall = time.monotonic() - start
-        user1, sys1 = cpu_ticks(relay.pid)
+        user1, sys1 = cpu_times(relay.pid)
     finally:
         for proc in (relay, upstream):
             proc.terminate()
             proc.join(5)
-    tick = os.sysconf("SC_CLK_TCK")
-    user, system = (user1 - user0) / tick, (sys1 - sys0) / tick
+    user, system = user1 - user0, sys1 - sys0
     expected = args.requests * (args.tokens + 1)
     if events != expected:
         raise SystemExit(f"{mode} at {streams} streams relayed {events} events, not {expected}")
@@ -277,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gap-ms", type=float, default=4.0, help="between events (4 ms)")
     args = p.parse_args(argv)
     levels = [int(x) for x in args.streams.split(",") if x]
-    print(f"bare one-leg relays on uvloop, relay pinned to core 0; {args.tokens} events an "
+    print(f"bare one-leg relays on uvloop, the relay on a core of its own; {args.tokens} events an "
           f"answer, {args.gap_ms:g} ms apart; {args.requests} requests a row")  # fmt: skip
     print(f"{'streams':>7} {'relay':>9} {'events':>8} {'cpu-s/1k':>9} {'user':>6} {'sys':>6}")
     for streams in levels:
