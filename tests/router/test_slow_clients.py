@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -242,3 +243,58 @@ def _admitted(handle: RouterHandle) -> Any:
         return bool(handle.router.admission.total == 1)
 
     return check
+
+
+async def test_a_slow_reader_gets_the_whole_stream(pd_router: Factory, sims: Sims) -> None:
+    """A client that reads, only slower than the engine writes, makes the router stop
+    reading the engine while the client's buffer is full, then go on: every event arrives,
+    in order, and the answer is whole."""
+    timeouts = Timeouts(idle_stream_s=5.0, request_header_s=5.0, client_idle_s=5.0)
+    decode = await sims("decode", speedup=50.0)
+    handle = await pd_router(RouterConfig(timeouts=timeouts, scrape_interval_s=0.2),
+                             prefill=["prefill"], decode=[decode])  # fmt: skip
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind((CLIENT, 0))
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", handle.serving.port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=2**16)
+    # about 11 MB of events (as above): more than the kernel's buffers, so the router's
+    # own write buffer fills and the engine connection is paused, many times over
+    body = b'{"model": "%s", "prompt": "go on", "max_tokens": 4000, "n": 16, "stream": true}' % (
+        MODEL.encode()
+    )
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    got = bytearray()
+    async with asyncio.timeout(120):
+        while chunk := await reader.read(16384):
+            got += chunk
+            await asyncio.sleep(0.002)  # about 8 MB/s at most: slower than the engine
+    writer.close()
+    head, _, chunked = bytes(got).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head[:200]
+    payload = _dechunk(chunked)
+    events = [e for e in payload.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    finished = [json.loads(e[len(b"data: ") :]) for e in events[:-1]]
+    per_choice = [0] * 16
+    for event in finished:
+        for choice in event["choices"]:
+            per_choice[choice["index"]] += 1
+    assert per_choice == [4000] * 16, "every token of every choice, none lost or doubled"
+    text = await handle.metrics()
+    assert metric_value(text, "tandem_router_requests_total", code="200") == 1
+
+
+def _dechunk(data: bytes) -> bytes:
+    """The body of a chunked transfer (the framing checked as it is removed)."""
+    out, at = bytearray(), 0
+    while True:
+        eol = data.index(b"\r\n", at)
+        size = int(data[at:eol], 16)
+        if size == 0:
+            return bytes(out)
+        out += data[eol + 2 : eol + 2 + size]
+        assert data[eol + 2 + size : eol + 4 + size] == b"\r\n", "chunk framing"
+        at = eol + 4 + size

@@ -227,12 +227,12 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
         failure: str | None = "cancelled"
         try:
             answer = await post_json(
-                router.session,
+                router.engines,
                 endpoint.url + url_path,
                 body,
                 leg.headers(ex.leg_headers()),
                 timeout_s=config.timeouts.prefill_s,
-                client_timeout=router.client_timeout,
+                connect_timeout_s=config.timeouts.connect_s,
             )
             status, failure = (answer.status if isinstance(answer, Passthrough) else 200), None
         except UpstreamFailure as err:

@@ -31,6 +31,7 @@ import aiohttp
 from aiohttp import web
 
 from tandem.policy.feasibility import judge_request
+from tandem.router.engine_http import EngineAnswer, EngineBrokeOff
 from tandem.router.legs import PATHS, Exchange, choose, note_failure, run_prefill
 from tandem.router.protocol import (
     StreamEnd,
@@ -126,7 +127,7 @@ async def relay_once(
     endpoint.outstanding_prompt_tokens += queued_tokens
     absorbed_tokens = ex.parsed.prompt_tokens if ex.absorber is endpoint else 0
     endpoint.absorbed_prompt_tokens += absorbed_tokens
-    resp: aiohttp.ClientResponse | None = None
+    resp: EngineAnswer | None = None
     complete = False
     first_s = timeouts.first_token_s
     sent_s = asyncio.get_running_loop().time()
@@ -143,20 +144,19 @@ async def relay_once(
         try:
             with StallGuard(first_s, timeouts.idle_stream_s, progress=progress) as guard:
                 resp = await open_stream(
-                    router.session,
+                    router.engines,
                     endpoint.url + PATHS[ex.parsed.kind],
                     body,
                     leg.headers(ex.leg_headers()),
-                    guard,
-                    client_timeout=router.client_timeout,
+                    connect_timeout_s=timeouts.connect_s,
                 )
-                content_type = resp.headers.get("Content-Type", "application/json")
+                content_type = resp.headers.get("content-type", "application/json")
                 if resp.status != 200 or not ex.parsed.stream:
                     guard.touch()
                     leg.first_byte()  # a whole answer's head comes when it is done
                     raw = await _read_all(resp, endpoint.url)
                     complete = True
-                    retry_after = resp.headers.get("Retry-After")
+                    retry_after = resp.headers.get("retry-after")
                     answer = classify(endpoint.url, resp.status, raw, content_type, retry_after)
                     failure = None
                     if isinstance(answer, Passthrough):
@@ -216,12 +216,19 @@ async def relay_once(
 async def stream_to_client(
     ex: Exchange,
     request: web.Request,
-    resp: aiohttp.ClientResponse,
+    resp: EngineAnswer,
     endpoint: Endpoint,
     first: bytes,
     content_type: str,
 ) -> tuple[web.StreamResponse, bool]:
     """Relay a stream whose first chunk arrived; also whether the engine's answer was whole.
+
+    After the first chunk (written through aiohttp, with the head) every chunk is written
+    to the client's transport from the engine connection's parser callback
+    (:meth:`~tandem.router.engine_http.EngineAnswer.stream`), framed as aiohttp would;
+    this coroutine wakes only when the stream ends, breaks, or the client's write buffer
+    is past its high-water mark (the engine connection stops being read until the client
+    drained it).
 
     ``ex.code`` ends as 200, 502 or 504 (the stream broke and got an SSE error event)
     or 499 (the client went away first, or stopped reading: a client that takes no
@@ -241,49 +248,73 @@ async def stream_to_client(
     ex.code = 499  # until the client has had the whole answer
     await client.prepare(request)
     await client.write(first)
-    now = last = first_s = loop.time()
-    ex.class_metrics.ttft.observe(now - ex.arrival_s)
-    account_first_token(ex, now)
+    transport, writer = request.transport, request.writer
+    if transport is None or transport.is_closing():
+        return client, False
+    last = first_s = loop.time()
+    ex.class_metrics.ttft.observe(last - ex.arrival_s)
+    account_first_token(ex, last)
     if ex.prefill_done_s is not None:
-        ex.router.metrics.kv_handoff.observe(now - ex.prefill_done_s)
+        ex.router.metrics.kv_handoff.observe(last - ex.prefill_done_s)
     itl = ex.class_metrics.itl
     end = StreamEnd(ex.parsed.kind)
     end.feed(first)
     broken: tuple[int, str, str] | None = None
-    writing = False
+    writing = gone = False
     role = endpoint.role
-    decodes = endpoint.role == "decode"
+    record_gap = endpoint.record_gap if endpoint.role == "decode" else None
+    chunked = getattr(writer, "chunked", False)
+    high_water = transport.get_write_buffer_limits()[1]
     events = first.count(b"data: ")
+
+    def relay(chunk: bytes) -> None:  # from the engine connection's parser
+        nonlocal last, events, gone
+        guard.touch()
+        if transport.is_closing():
+            gone = True
+            resp.pause()
+            return
+        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
+        now = loop.time()
+        itl.observe(now - last)
+        if record_gap is not None:
+            record_gap(now - last)
+        last = now
+        end.feed(chunk)
+        events += chunk.count(b"data: ")
+        if transport.get_write_buffer_size() > high_water:
+            resp.pause()
+
     try:
         with StallGuard(idle_s, idle_s) as guard:
+            resp.stream(relay)
             while True:
                 try:
-                    chunk = await resp.content.readany()
-                except (aiohttp.ClientError, OSError) as err:
-                    name = type(err).__name__
-                    broken = 502, f"broke off the stream ({name})", f"{name}: {err}"
+                    await resp.wait()
+                except EngineBrokeOff as err:
+                    broken = 502, "broke off the stream", str(err)
                     break
-                if not chunk:
+                if gone:
+                    return client, False
+                if resp.complete:
                     break
-                guard.touch()
-                writing = True
+                writing = True  # paused: the client's buffer is full
                 try:
-                    await client.write(chunk)
-                except (ConnectionError, aiohttp.ClientConnectionError):
+                    await writer.drain()
+                except ConnectionError:
                     return client, False
                 writing = False
-                now = loop.time()
-                itl.observe(now - last)
-                if decodes:
-                    endpoint.record_gap(now - last)
-                last = now
-                end.feed(chunk)
-                events += chunk.count(b"data: ")
+                resp.resume()
     except StallTimeout:
         if writing:
             cut_client(ex, request, f"it read nothing for {idle_s:g} s")
             return client, False
         broken = 504, f"sent nothing for {idle_s:g} s", "stalled"
+    finally:
+        if not resp.complete:
+            resp.stop()  # nothing more reaches the client behind an error event
+    if gone or transport.is_closing():
+        return client, False
     complete = broken is None and end.complete
     if not complete:
         endpoint.record_failure(loop.time())
@@ -343,15 +374,15 @@ def account_first_token(ex: Exchange, now_s: float) -> None:
         router.least.observe_service(prompt, now_s - ex.dispatch_s, now_s)
 
 
-async def _read_all(resp: aiohttp.ClientResponse, url: str) -> bytes:
+async def _read_all(resp: EngineAnswer, url: str) -> bytes:
     try:
         return await resp.read()
-    except (aiohttp.ClientError, OSError) as err:
+    except OSError as err:
         raise transport_failure(url, err) from None
 
 
-async def _read_chunk(resp: aiohttp.ClientResponse, url: str) -> bytes:
+async def _read_chunk(resp: EngineAnswer, url: str) -> bytes:
     try:
-        return await resp.content.readany()
-    except (aiohttp.ClientError, OSError) as err:
+        return await resp.first_chunk()
+    except OSError as err:
         raise transport_failure(url, err) from None

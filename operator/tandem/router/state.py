@@ -17,6 +17,7 @@ import aiohttp
 from tandem.policy.feasibility import LeastLatency
 from tandem.router.classes import Admission
 from tandem.router.config import RouterConfig
+from tandem.router.engine_http import EngineClient
 from tandem.router.keys import ClassKeys
 from tandem.router.metrics import RouterMetrics
 from tandem.router.pools import ROLES_BY_MODE, Pool, PromptSizes
@@ -40,6 +41,7 @@ class Router:
         self.least = LeastLatency(declared_tokens_per_s=config.prefill_tokens_per_s)
         """The least TTFT and ITL any pool size could give, learned from the requests."""
         self._session: aiohttp.ClientSession | None = None
+        self._engines: EngineClient | None = None
         self._changed = asyncio.Event()
         self._timeout = self._client_timeout(config)
 
@@ -50,12 +52,22 @@ class Router:
         return self._session
 
     @property
+    def engines(self) -> EngineClient:
+        """The lean client of the generating legs (:mod:`tandem.router.engine_http`)."""
+        if self._engines is None:
+            raise RuntimeError("the router's engine client is not open (app not started)")
+        return self._engines
+
+    @property
     def client_timeout(self) -> aiohttp.ClientTimeout:
         """Per-request client timeout: the connect bound; the rest is timed by the proxy."""
         return self._timeout
 
     async def open(self) -> None:
-        """Open the pooled HTTP client to the engines (keep-alive, no decompression)."""
+        """Open the pooled HTTP clients to the engines (keep-alive, no decompression):
+        aiohttp's for prefill, scrapes and the utility endpoints, the lean one for the
+        generating legs."""
+        self._engines = EngineClient()
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0)
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -65,6 +77,9 @@ class Router:
         )
 
     async def close(self) -> None:
+        if self._engines is not None:
+            await self._engines.close()
+            self._engines = None
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -26,6 +26,8 @@ from typing import Any
 
 import aiohttp
 
+from tandem.router.engine_http import EngineAnswer, EngineClient, EngineConnectError
+
 #: Statuses that mean "try elsewhere" even though they are 4xx.
 RETRYABLE_4XX = frozenset({408, 429})
 #: Statuses of an engine that is alive but has no room (vLLM answers 503 when its
@@ -146,40 +148,42 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 async def post_json(
-    session: aiohttp.ClientSession,
+    engines: EngineClient,
     url: str,
     body: dict[str, Any],
     headers: dict[str, str],
     *,
     timeout_s: float,
-    client_timeout: aiohttp.ClientTimeout,
+    connect_timeout_s: float | None,
 ) -> bytes | Passthrough:
     """POST ``body`` and read the whole answer within ``timeout_s``.
 
     Returns the 2xx body or a :class:`Passthrough`; raises :class:`UpstreamFailure`.
+    An answer not read to its end closes its connection (the engine aborts the request).
     """
+    answer: EngineAnswer | None = None
     try:
-        async with (
-            asyncio.timeout(timeout_s),
-            session.post(
-                url, data=encode_body(body), headers=headers, timeout=client_timeout
-            ) as resp,
-        ):
-            raw = await resp.read()
-            status = resp.status
-            content_type = resp.headers.get("Content-Type", "application/json")
-            retry_after = resp.headers.get("Retry-After")
-    except TimeoutError as err:
-        if isinstance(err, aiohttp.ConnectionTimeoutError):
-            raise connect_failure(url, err) from None
+        async with asyncio.timeout(timeout_s):
+            answer = await engines.post(
+                url, encode_body(body), headers, connect_timeout_s=connect_timeout_s
+            )
+            await answer.head()
+            raw = await answer.read()
+            status = answer.status
+            content_type = answer.headers.get("content-type", "application/json")
+            retry_after = answer.headers.get("retry-after")
+    except TimeoutError:
         raise UpstreamFailure(
             f"did not answer within {timeout_s:g} s",
             detail=f"no answer from {url} within {timeout_s:g} s",
             delivered=True,
             status=504,
         ) from None
-    except (aiohttp.ClientError, OSError) as err:
+    except OSError as err:
         raise transport_failure(url, err) from None
+    finally:
+        if answer is not None:
+            answer.release()  # reused if read to the end, else closed
     return classify(url, status, raw, content_type, retry_after)
 
 
@@ -227,7 +231,9 @@ def connect_failure(url: str, err: BaseException) -> UpstreamFailure:
 
 def transport_failure(url: str, err: BaseException) -> UpstreamFailure:
     """The connection failed after the request may have gone out."""
-    if isinstance(err, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+    if isinstance(
+        err, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | EngineConnectError
+    ):
         return connect_failure(url, err)
     return UpstreamFailure(
         f"broke off the connection ({type(err).__name__})",
@@ -237,25 +243,34 @@ def transport_failure(url: str, err: BaseException) -> UpstreamFailure:
 
 
 async def open_stream(
-    session: aiohttp.ClientSession,
+    engines: EngineClient,
     url: str,
     body: dict[str, Any],
     headers: dict[str, str],
-    guard: StallGuard,
     *,
-    client_timeout: aiohttp.ClientTimeout,
-) -> aiohttp.ClientResponse:
-    """POST ``body`` and return the open response once its head arrives (guarded).
+    connect_timeout_s: float | None,
+) -> EngineAnswer:
+    """POST ``body`` and return the answer once its head arrives (time it with a
+    :class:`StallGuard` around the call).
 
-    The caller owns the response and must ``close()`` it (which also tells the engine
-    to abort, if the answer is not complete) or read it to the end.
+    The caller owns the answer and must ``close()`` it (which also tells the engine to
+    abort, if the answer is not complete) or ``release()`` it once read to the end.
     """
     try:
-        return await session.post(
-            url, data=encode_body(body), headers=headers, timeout=client_timeout
+        answer = await engines.post(
+            url, encode_body(body), headers, connect_timeout_s=connect_timeout_s
         )
-    except (aiohttp.ClientError, OSError) as err:
+    except OSError as err:
         raise transport_failure(url, err) from None
+    try:
+        await answer.head()
+    except OSError as err:
+        answer.close()
+        raise transport_failure(url, err) from None
+    except BaseException:
+        answer.close()
+        raise
+    return answer
 
 
 def _snippet(raw: bytes, limit: int = 200) -> str:
