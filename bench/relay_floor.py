@@ -7,13 +7,14 @@ Two bare relays, each with one leg (a POST relayed to one upstream, its SSE answ
 back chunk by chunk) and nothing else (no admission, metrics, timeouts, retries, errors or
 back-pressure: they are floors, not proxies):
 
-- **aiohttp**: the router's stack. An ``aiohttp`` server; the upstream leg through an
-  ``aiohttp.ClientSession`` (keep-alive, no limit); each chunk read with
-  ``content.readany()`` and written with ``StreamResponse.write``.
-- **protocol**: the same server; the upstream leg on an :class:`asyncio.Protocol` whose
-  parser is ``httptools`` (uvicorn's), with a keep-alive pool of its own; each decoded
-  chunk is framed and written to the client's transport from the parser's callback, with
-  no coroutine woken per chunk.
+- **aiohttp**: the router's stack before its legs moved to the protocol level. An
+  ``aiohttp`` server; the upstream leg through an ``aiohttp.ClientSession`` (keep-alive,
+  no limit); each chunk read with ``content.readany()`` and written with
+  ``StreamResponse.write``.
+- **protocol**: what the router's legs do now (``tandem.router.engine_http``). The same
+  server; the upstream leg on an :class:`asyncio.Protocol` whose parser is ``httptools``
+  (uvicorn's), with a keep-alive pool of its own; each decoded chunk is framed and written
+  to the client's transport from the parser's callback, with no coroutine woken per chunk.
 
 The upstream answers every POST with ``--tokens`` SSE events, one chunk each, ``--gap-ms``
 apart; a load process keeps ``--streams`` clients streaming until ``--requests`` are done.
