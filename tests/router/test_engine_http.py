@@ -264,3 +264,25 @@ async def test_header_injection_is_refused(serve: Serve) -> None:
             await client.post("https://127.0.0.1:1/a", b"{}", {}, connect_timeout_s=1.0)
     finally:
         await client.close()
+
+
+async def test_an_ipv6_engine_gets_a_bracketed_host() -> None:
+    async def host(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=request.headers["Host"])
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", host)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+    await runner.setup()
+    await web.TCPSite(runner, "::1", 0).start()
+    port = runner.addresses[0][1]
+    client = EngineClient()
+    try:
+        answer = await client.post(f"http://[::1]:{port}/a", b"{}", {}, connect_timeout_s=1.0)
+        await answer.head()
+        assert await answer.read() == b"[::1]:%d" % port
+        answer.release()
+    finally:
+        await client.close()
+        await runner.cleanup()

@@ -215,7 +215,7 @@ class EngineClient:
     def __init__(self, *, keepalive_s: float = KEEPALIVE_S) -> None:
         self.keepalive_s = keepalive_s
         self._idle: dict[tuple[str, int], list[EngineAnswer]] = {}
-        self._urls: dict[str, tuple[tuple[str, int], bytes]] = {}
+        self._urls: dict[str, tuple[tuple[str, int], bytes, bytes]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self.connects = 0
         """Connections opened so far (keep-alive reuse shows as few)."""
@@ -229,9 +229,9 @@ class EngineClient:
         connect_timeout_s: float | None,
     ) -> EngineAnswer:
         """Send a POST; the answer's :meth:`EngineAnswer.head` is not awaited yet."""
-        key, target = self._target(url)
+        key, target, host = self._target(url)
         answer = self._checkout(key) or await self._connect(key, connect_timeout_s)
-        lines = [b"POST %s HTTP/1.1\r\nHost: %s:%d\r\n" % (target, key[0].encode(), key[1])]
+        lines = [b"POST %s HTTP/1.1\r\nHost: %s\r\n" % (target, host)]
         for name, value in headers.items():
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
                 answer.close()
@@ -277,14 +277,17 @@ class EngineClient:
                 answer.close()
         self._idle.clear()
 
-    def _target(self, url: str) -> tuple[tuple[str, int], bytes]:
+    def _target(self, url: str) -> tuple[tuple[str, int], bytes, bytes]:
+        """The connection key, request target and ``Host`` header of an engine URL."""
         cached = self._urls.get(url)
         if cached is None:
             parts = urlsplit(url)
             if parts.scheme != "http" or not parts.hostname:
                 raise ValueError(f"engine URL {url!r}: only http://host:port/path is served")
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            cached = (parts.hostname, parts.port or 80), target.encode()
+            port = parts.port or 80
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+            cached = (parts.hostname, port), target.encode(), f"{host}:{port}".encode()
             if len(self._urls) >= URL_CACHE:
                 self._urls.clear()
             self._urls[url] = cached
