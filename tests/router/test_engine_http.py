@@ -286,3 +286,34 @@ async def test_an_ipv6_engine_gets_a_bracketed_host() -> None:
     finally:
         await client.close()
         await runner.cleanup()
+
+
+async def test_a_failing_sink_breaks_the_stream_and_is_logged(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        answer = web.StreamResponse()
+        await answer.prepare(request)
+        for _ in range(3):
+            await asyncio.sleep(0.05)  # after the head: the sink is called by the parser
+            await answer.write(b"data: x\n\n")
+        await answer.write_eof()
+        return answer
+
+    def sink(chunk: bytes) -> None:
+        raise RuntimeError("a bug in the relay")
+
+    url = await serve(stream)
+    client = EngineClient()
+    try:
+        answer = await client.post(url + "/s", b"{}", {}, connect_timeout_s=1.0)
+        await answer.head()
+        answer.stream(sink)
+        with pytest.raises(EngineBrokeOff, match="a bug in the relay"):
+            await answer.wait()
+        answer.release()
+        assert client.idle_connections() == 0
+    finally:
+        await client.close()
+    assert "relaying an engine's answer failed" in caplog.text

@@ -21,10 +21,13 @@ Failures are :class:`EngineConnectError` (never sent: safe to retry) or
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 import httptools
+
+log = logging.getLogger("tandem.router")
 
 #: How long an idle engine connection is kept for reuse (seconds).
 KEEPALIVE_S = 4.0
@@ -155,6 +158,10 @@ class EngineAnswer(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as err:  # a bug in a sink, not the engine
+            log.exception("relaying an engine's answer failed", exc_info=err.__context__)
+            self._fail(EngineBrokeOff(f"relaying the answer failed: {err.__context__!r}"))
+            self.close()
         except httptools.HttpParserError as err:
             self._fail(EngineBrokeOff(f"malformed answer: {err}"))
             self.close()
