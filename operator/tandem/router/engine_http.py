@@ -1,9 +1,10 @@
-"""A lean HTTP/1.1 client for the generating leg: one parser callback a chunk. Does I/O.
+"""A lean HTTP/1.1 client for the engine legs: one parser callback a chunk. Does I/O.
 
-The generating leg relays every token the client gets, so its cost per chunk is the
-router's cost per token. On ``aiohttp.ClientSession`` each chunk wakes a coroutine
-(``content.readany()``) that then writes it out (``StreamResponse.write``): two event
-loop round trips and a task step per token. Here the engine connection is an
+Both legs (prefill and the generating one) go through it. The generating leg relays
+every token the client gets, so its cost per chunk is the router's cost per token. On
+``aiohttp.ClientSession`` each chunk wakes a coroutine (``content.readany()``) that
+then writes it out (``StreamResponse.write``): two event loop round trips and a task
+step per token. Here the engine connection is an
 :class:`asyncio.Protocol` parsed by ``httptools`` (the parser uvicorn, and so vLLM,
 serves with), and once a stream is handed to a sink (:meth:`EngineAnswer.stream`)
 each decoded chunk goes to it straight from the parser's callback: the relay writes it
@@ -251,10 +252,9 @@ class EngineClient:
         return answer
 
     def release(self, answer: EngineAnswer) -> None:
-        if not (answer.complete and answer._keep_alive) or answer.transport is None:
-            answer.close()
-            return
-        if answer.transport.is_closing():
+        transport = answer.transport
+        whole = answer.complete and answer._keep_alive
+        if not whole or transport is None or transport.is_closing():
             answer.close()
             return
         if answer.paused:

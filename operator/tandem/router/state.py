@@ -53,7 +53,8 @@ class Router:
 
     @property
     def engines(self) -> EngineClient:
-        """The lean client of the generating legs (:mod:`tandem.router.engine_http`)."""
+        """The lean client of the engine legs, prefill and generating
+        (:mod:`tandem.router.engine_http`)."""
         if self._engines is None:
             raise RuntimeError("the router's engine client is not open (app not started)")
         return self._engines
@@ -65,8 +66,8 @@ class Router:
 
     async def open(self) -> None:
         """Open the pooled HTTP clients to the engines (keep-alive, no decompression):
-        aiohttp's for prefill, scrapes and the utility endpoints, the lean one for the
-        generating legs."""
+        aiohttp's for scrapes, ``/v1/models`` and the utility endpoints, the lean one for
+        the prefill and generating legs."""
         self._engines = EngineClient()
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0)
         self._session = aiohttp.ClientSession(

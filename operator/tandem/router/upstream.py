@@ -24,8 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from tandem.router.engine_http import EngineAnswer, EngineClient, EngineConnectError
 
 #: Statuses that mean "try elsewhere" even though they are 4xx.
@@ -164,10 +162,9 @@ async def post_json(
     answer: EngineAnswer | None = None
     try:
         async with asyncio.timeout(timeout_s):
-            answer = await engines.post(
-                url, encode_body(body), headers, connect_timeout_s=connect_timeout_s
+            answer = await open_stream(
+                engines, url, body, headers, connect_timeout_s=connect_timeout_s
             )
-            await answer.head()
             raw = await answer.read()
             status = answer.status
             content_type = answer.headers.get("content-type", "application/json")
@@ -221,19 +218,16 @@ def parse_retry_after(value: str | None) -> int | None:
 
 def connect_failure(url: str, err: BaseException) -> UpstreamFailure:
     """The engine could not be reached: it never saw the request."""
-    cause = getattr(err, "os_error", None) or err
     return UpstreamFailure(
         "could not be reached",
-        detail=f"cannot connect to {url}: {type(cause).__name__}: {cause}",
+        detail=f"cannot connect to {url}: {err}",
         delivered=False,
     )
 
 
 def transport_failure(url: str, err: BaseException) -> UpstreamFailure:
     """The connection failed after the request may have gone out."""
-    if isinstance(
-        err, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | EngineConnectError
-    ):
+    if isinstance(err, EngineConnectError):
         return connect_failure(url, err)
     return UpstreamFailure(
         f"broke off the connection ({type(err).__name__})",
