@@ -19,9 +19,18 @@
 Each table is followed by the engines' own mean TTFT and ITL over each load (their
 ``/metrics`` histograms): where the clients' figures and the engine's own part ways, the
 time went between the engine and its clients (vLLM's API server). The engines run at
-``nice -10`` where permitted (they share two cores with the load generator and whatever
-else runs there); the load average before and after is printed with the tables. Bounded:
-at most ``--max-requests`` per load, ``--duration`` seconds of arrivals each.
+``nice -10`` where permitted; the load average before and after is printed with the
+tables. Bounded: at most ``--max-requests`` per load, ``--duration`` seconds of arrivals
+each.
+
+Cores: by default the engines, their front ends and the load generator share every
+core, and the profile and the replays measure their contention as much as the engine.
+``--bind`` gives vLLM's forward pass (its worker's OpenMP thread,
+``VLLM_CPU_OMP_THREADS_BIND``) the last CPU to itself and runs everything else (this
+bench and its load generator, vLLM's API server and engine-core process, the simulated
+engine) on the others, as vLLM's CPU guide advises (reserve a core for the serving front
+end) and as a GPU node has it. On two cores that leaves one core for vLLM's front end and
+the load generator together, which keeps up at light loads only (docs/profile.md).
 
 Usage: ``.venv/bin/python bench/fidelity.py [--quick] [--duration S] [--json OUT]``
 (needs ``bash .ci/install-vllm``; about 12 minutes on two cores, less with ``--quick``).
@@ -186,6 +195,26 @@ def figures(run: Replay) -> dict[str, Any]:
     }
 
 
+def pick_engine_cpu(cpus: list[int], bind: bool) -> int | None:
+    """With ``bind``, the CPU vLLM's forward pass gets to itself: the last of ``cpus``
+    (this process's affinity), if another remains for everything else.
+
+    >>> pick_engine_cpu([0, 1], True), pick_engine_cpu([0, 1, 2, 3], True)
+    (1, 3)
+    >>> pick_engine_cpu([0], True), pick_engine_cpu([0, 1], False)
+    (None, None)
+    """
+    if not bind or len(cpus) < 2:
+        return None
+    return cpus[-1]
+
+
+def placement(engine_cpu: int | None) -> str:
+    if engine_cpu is None:
+        return "engines, front ends and load generator on the same CPUs"
+    return f"vLLM's forward pass on CPU {engine_cpu}, everything else on the others"
+
+
 def nice(group: int) -> None:
     """``nice -10`` for an engine's process group, where permitted: it shares two cores
     with the load generator and whatever else runs there."""
@@ -275,7 +304,17 @@ def main() -> int:
     parser.add_argument("--logs", type=Path, default=Path("fidelity-logs"), help="engine logs")
     parser.add_argument("--no-baseline", action="store_true",
                         help="replay each load on real vLLM once, not twice")  # fmt: skip
+    parser.add_argument("--bind", action="store_true",
+                        help="vLLM's forward pass on the last CPU, everything else on the "
+                             "others (needs two CPUs or more)")  # fmt: skip
     args = parser.parse_args()
+    engine_cpu = pick_engine_cpu(sorted(os.sched_getaffinity(0)), args.bind)
+    if args.bind and engine_cpu is None:
+        print("--bind needs two CPUs or more to run on", file=sys.stderr)
+        return 2
+    binding = None if engine_cpu is None else {"VLLM_CPU_OMP_THREADS_BIND": str(engine_cpu)}
+    if engine_cpu is not None:  # this process and all it starts stay off the engine's CPU
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - {engine_cpu})
     duration = args.duration or (45.0 if args.quick else 90.0)
     install, why = find_install()
     if install is None:
@@ -288,7 +327,7 @@ def main() -> int:
     limits = ("--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens",
               str(MAX_NUM_BATCHED_TOKENS))  # fmt: skip
     real = spawn_engine(install, model_dir, "aggregated", args.logs, name="vllm",
-                        max_model_len=MAX_MODEL_LEN, extra=limits)  # fmt: skip
+                        max_model_len=MAX_MODEL_LEN, extra=limits, env=binding)  # fmt: skip
     rows: list[dict[str, Any]] = []
     nice(real.process.pid)
     try:
@@ -332,7 +371,7 @@ def main() -> int:
     print(f"fidelity: real vLLM {VLLM_VERSION} (CPU, tiny model) against tandem engine sim "
           f"with the fitted preset, {duration:g}s of arrivals per load, seed {args.seed}; "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
-          f"{time.monotonic() - started:.0f}s in all")  # fmt: skip
+          f"{time.monotonic() - started:.0f}s in all; {placement(engine_cpu)}")  # fmt: skip
     print(format_table(rows))
     if not args.no_baseline:
         print()
