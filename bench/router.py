@@ -33,7 +33,10 @@ RSS (``VmHWM``) are their own. Each runs as it ships: the router at its default 
 Engines are simulated engines (``tandem.engine``'s app) on the other cores, the load
 generator a process of its own that reads raw SSE and parses nothing it does not need.
 Every process runs at real-time priority where permitted (see :func:`raise_priority`), so
-other work on a shared machine disturbs the figures less.
+other work on a shared machine disturbs the figures less. So that nothing at that priority
+outlives a broken run: a client whose request failed pauses before its next one, a proxy
+that exits stops the run with a message naming it (exit status 1), and a run stops itself
+past the most its windows may take (:func:`run_deadline_s`; 28 minutes for the default run).
 
 Usage: ``python bench/router.py [--quick] [--levels 50,200,500] [--duration S] [--no-baseline]``
 """
@@ -91,6 +94,28 @@ DIRECT = "direct:"
 #: kept (Tandem's req/s over the direct req/s) at the highest level.
 CPU_GOAL = 4.0
 THROUGHPUT_GOAL = 0.95
+#: A client whose request failed waits this long before its next one: a proxy that died
+#: mid-run must not turn the clients (at real-time priority) into a busy loop.
+ERROR_PAUSE_S = 0.05
+#: Beyond the levels' own windows, seconds a run may take in all (start-up, windows that
+#: wait for their clients, shutdown) before it stops itself: see :func:`run_deadline_s`.
+DEADLINE_SLACK_S = 300.0
+
+
+class ProxyGone(RuntimeError):
+    """A proxy under test exited before the run was over."""
+
+
+def run_deadline_s(levels: int, proxies: int, warmup_s: float, duration_s: float) -> float:
+    """The most seconds a whole run may take: each level runs two windows (load, then
+    probes) for the direct target and for each proxy, each window its warm-up, its
+    measured seconds and up to 60 s for its clients to finish, plus
+    :data:`DEADLINE_SLACK_S`. A run past it is stuck, not slow, and stops itself.
+
+    >>> run_deadline_s(3, 2, 4.0, 12.0)  # the default run: 3 levels, Tandem and the toy proxy
+    1668.0
+    """
+    return levels * (1 + proxies) * 2 * (warmup_s + duration_s + 60.0) + DEADLINE_SLACK_S
 
 
 def free_port() -> int:
@@ -100,9 +125,13 @@ def free_port() -> int:
 
 
 def cpu_times(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of process ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    """User and system CPU seconds of process ``pid`` so far; :class:`ProxyGone` when it
+    has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        raise ProxyGone(f"process {pid} exited") from None
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
 
@@ -309,6 +338,7 @@ async def load_client(
             result = await routed_once(session, url, body)
         if result is None:
             level.errors += 1
+            await asyncio.sleep(ERROR_PAUSE_S)
         elif not stop.is_set():  # requests that end after the window do not count
             level.requests += 1
             level.tokens += result[1]
@@ -343,6 +373,7 @@ async def probe_client(
             routed = await routed_once(session, url, body, first_only=True)
         if direct is None or routed is None:
             level.errors += 1
+            await asyncio.sleep(ERROR_PAUSE_S)
         elif not stop.is_set():
             level.direct_ttft_s.append(direct[0])
             level.routed_ttft_s.append(routed[0])
@@ -601,8 +632,18 @@ def summarize(rows: list[dict[str, Any]], levels: list[int]) -> list[str]:
 
 async def main(cfg: argparse.Namespace) -> int:
     task = asyncio.current_task()
+    deadline_s = run_deadline_s(len(cfg.levels), 2 if cfg.baseline else 1, cfg.warmup,
+                                cfg.duration)  # fmt: skip
+    timed_out = False
     if task is not None:  # SIGTERM (e.g. from timeout) still stops the engines and proxies
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+        def stop_stuck_run() -> None:
+            nonlocal timed_out
+            timed_out = True
+            task.cancel()
+
+        asyncio.get_running_loop().call_later(deadline_s, stop_stuck_run)
     if cfg.baseline:
         missing = [
             m for m in ("fastapi", "httpx", "uvicorn") if importlib.util.find_spec(m) is None
@@ -664,6 +705,10 @@ async def main(cfg: argparse.Namespace) -> int:
         print(" ".join(f"{title:>{width}}" for title, width, _, _ in COLUMNS))
         rows: list[dict[str, Any]] = []
         for concurrency in cfg.levels:
+            for proxy in proxies:
+                if proxy.process.returncode is not None:
+                    raise ProxyGone(f"the {proxy.name} process exited with code "
+                                    f"{proxy.process.returncode}")  # fmt: skip
             target = DIRECT + ",".join(prefill) + "|" + ",".join(decode)
             direct = await measure(concurrency, target, None, prefill, decode, cfg, other_cores,
                                    own_histogram=False)  # fmt: skip
@@ -671,16 +716,32 @@ async def main(cfg: argparse.Namespace) -> int:
             print(format_row(rows[-1]), flush=True)
             for proxy in proxies:
                 assert proxy.process.pid is not None
-                result = await measure(
-                    concurrency, proxy.url, proxy.process.pid, prefill, decode, cfg, other_cores,
-                    own_histogram=proxy.name == "tandem",
-                )  # fmt: skip
+                try:
+                    result = await measure(
+                        concurrency, proxy.url, proxy.process.pid, prefill, decode, cfg,
+                        other_cores, own_histogram=proxy.name == "tandem",
+                    )  # fmt: skip
+                except ProxyGone:
+                    raise ProxyGone(
+                        f"the {proxy.name} process exited during the {concurrency}-stream level"
+                    ) from None
                 rows.append({**result, "target": proxy.name})
                 print(format_row(rows[-1]), flush=True)
                 if cfg.json:
                     print(json.dumps(rows[-1]))
         for line in summarize(rows, cfg.levels):
             print(line)
+    except ProxyGone as err:
+        print(f"bench/router.py: {err}; its figures would be the clients' errors, so the "
+              "run stops here (run the proxy by hand to see why)", file=sys.stderr)  # fmt: skip
+        return 1
+    except asyncio.CancelledError:
+        if not timed_out:
+            raise
+        print(f"bench/router.py: stopped after {deadline_s:.0f} s, the most this run may "
+              "take: something is stuck (a proxy or an engine not answering)",
+              file=sys.stderr)  # fmt: skip
+        return 1
     finally:
         for proc in procs:
             if proc.returncode is None:
