@@ -15,7 +15,7 @@ from tandem.router.protocol import (
     build_prefill_body,
     build_sse_error,
     decide_kv_reusable,
-    parse_kv_params,
+    parse_prefill_answer,
 )
 from tandem.router.request import parse_request
 
@@ -72,12 +72,16 @@ def test_client_kv_params_and_priority_are_dropped() -> None:
     assert "kv_transfer_params" not in build_decode_body(parsed.body, None, None)
 
 
-def test_kv_params_from_a_prefill_answer() -> None:
+def test_kv_params_and_prompt_tokens_from_a_prefill_answer() -> None:
     answer = {"choices": [{"text": "x"}], "kv_transfer_params": {"remote_engine_id": "e"}}
-    assert parse_kv_params(json.dumps(answer).encode()) == {"remote_engine_id": "e"}
-    assert parse_kv_params(b'{"choices": []}') is None
-    assert parse_kv_params(b"not json") is None
-    assert parse_kv_params(b'{"kv_transfer_params": {}}') is None
+    assert parse_prefill_answer(json.dumps(answer).encode())[0] == {"remote_engine_id": "e"}
+    assert parse_prefill_answer(b'{"choices": []}') == (None, None)
+    assert parse_prefill_answer(b"not json") == (None, None)
+    assert parse_prefill_answer(b'{"kv_transfer_params": {}}') == (None, None)
+    assert parse_prefill_answer(b'[{"usage": {"prompt_tokens": 3}}]') == (None, None)
+    for usage, counted in (({"prompt_tokens": 3}, 3), ({"prompt_tokens": True}, None),
+                           ({"prompt_tokens": 0}, None), ([], None)):  # fmt: skip
+        assert parse_prefill_answer(json.dumps({"usage": usage}).encode()) == (None, counted)
 
 
 def test_kv_reuse_only_when_undelivered_and_leased() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from tandem.router.config import ClassConfig, RouterConfig
 from tandem.router.metrics import ClassMetrics
-from tandem.router.protocol import build_prefill_body, parse_kv_params, parse_prompt_tokens
+from tandem.router.protocol import build_prefill_body, parse_prefill_answer
 from tandem.router.request import Kind, ParsedRequest
 from tandem.router.selection import (
     Endpoint,
@@ -247,8 +247,7 @@ async def run_prefill(ex: Exchange) -> PrefillResult | Passthrough:
             return answer
         endpoint.record_success()
         ex.prefill_done_s = asyncio.get_running_loop().time()
-        ex.counted_prompt_tokens = parse_prompt_tokens(answer)
-        kv_params = parse_kv_params(answer)
+        kv_params, ex.counted_prompt_tokens = parse_prefill_answer(answer)
         if kv_params is not None:
             leg.set("tandem.kv.remote_engine_id", str(kv_params.get("remote_engine_id")))
         if kv_params is None:

@@ -70,18 +70,27 @@ def build_decode_body(
     return out
 
 
-def parse_kv_params(raw: bytes) -> dict[str, Any] | None:
-    """The top-level ``kv_transfer_params`` of a prefill answer; ``None`` when absent.
+def parse_prefill_answer(raw: bytes) -> tuple[dict[str, Any] | None, int | None]:
+    """A prefill answer's top-level ``kv_transfer_params`` (``None`` when absent) and its
+    ``usage.prompt_tokens`` (``None`` when absent), from one decoding of the body.
 
-    vLLM returns them only for a request that finished by stop or length; an aborted
-    one has none, and its KV cannot be handed off.
+    vLLM returns the parameters only for a request that finished by stop or length; an
+    aborted one has none, and its KV cannot be handed off.
+
+    >>> parse_prefill_answer(b'{"kv_transfer_params": {"remote_engine_id": "e"},'
+    ...                      b' "usage": {"prompt_tokens": 12}}')
+    ({'remote_engine_id': 'e'}, 12)
+    >>> parse_prefill_answer(b"not json")
+    (None, None)
     """
     try:
         answer = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None
-    params = answer.get("kv_transfer_params") if isinstance(answer, dict) else None
-    return params if isinstance(params, dict) and params else None
+        return None, None
+    if not isinstance(answer, dict):
+        return None, None
+    params = answer.get("kv_transfer_params")
+    return (params if isinstance(params, dict) and params else None), _prompt_tokens(answer)
 
 
 def decide_kv_reusable(kv_params: dict[str, Any], *, delivered: bool, now_epoch_s: float) -> bool:
@@ -209,18 +218,8 @@ class StreamEnd:
         return not self.tail.endswith(b"\n\n")
 
 
-def parse_prompt_tokens(raw: bytes) -> int | None:
-    """``usage.prompt_tokens`` of an engine's answer: the prompt as the engine's tokenizer
-    counted it (``None`` when absent).
-
-    >>> parse_prompt_tokens(b'{"usage": {"prompt_tokens": 1234, "completion_tokens": 1}}')
-    1234
-    """
-    try:
-        answer = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None
-    usage = answer.get("usage") if isinstance(answer, dict) else None
+def _prompt_tokens(answer: dict[str, Any]) -> int | None:
+    usage = answer.get("usage")
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     return (
         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
