@@ -6,31 +6,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
+import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import aiohttp
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "router.py"
+from tests.support.bench import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_router", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while defined
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("router")
 
 
 def test_the_cpu_of_a_process_that_exited_is_a_named_error(bench: ModuleType) -> None:
-    user, system = bench.cpu_times(1 if Path("/proc/1/stat").exists() else 0)
+    user, system = bench.cpu_times(os.getpid())
     assert user >= 0 and system >= 0
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # reaped: its /proc entry is gone, as a dead proxy's is
