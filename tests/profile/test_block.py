@@ -150,6 +150,27 @@ def test_the_document_has_exactly_the_contract_keys() -> None:
     assert "spec.decode" in text and "(defaults)" in text
 
 
+def test_the_summary_says_where_the_clients_fell_behind_the_engine() -> None:
+    """vLLM's CPU build on two cores: waves of short prompts whose clients got their first
+    token half a second after the engine made it. The summary names those points; with
+    --decode (the clients' TTFT holds the prefill leg too) it says nothing."""
+    true = make_preset()
+    results = measure(true, sweep_of(true))
+    preset = build_preset(true.model, limits_of(true), fit_cost(true.model, limits_of(true),
+                                                                results))  # fmt: skip
+    modelled = [Modelled(*predict_point(preset, r.spec)) for r in results]
+    targets = Targets(1.0, 0.05, "defaults", 1000, 200)
+    doc = build_document(_profile(), preset, results, modelled, targets)
+    assert "fell behind" not in format_summary(doc, targets, "x", pd=False)
+    late = next(p for p in doc["points"] if p["kind"] == "decode")
+    late["engine_ttft_s"], late["ttft_p50_s"] = 0.0055, 0.5378
+    text = format_summary(doc, targets, "x", pd=False)
+    where = f"decode {late['prompt_tokens']}+{late['output_tokens']} x{late['concurrency']}"
+    assert f"note: at 1 point(s) ({where}) the clients' TTFT p50 was far above" in text
+    assert "(up to 537.8 against 5.5 ms)" in text
+    assert "fell behind" not in format_summary(doc, targets, "x", pd=True)
+
+
 def test_the_llama_preset_reads_as_a_profile_an_h100_would_give() -> None:
     """Sanity of the whole chain on a known engine: the 8B model on the calibrated H100."""
     from tandem.engine.model import CostModel, get_gpu

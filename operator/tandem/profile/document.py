@@ -109,6 +109,32 @@ def _ms(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value * 1000:.1f}"
 
 
+#: A point's clients "fell behind" the engine when their TTFT p50 exceeds the engine's own
+#: mean TTFT by this many times and by :data:`LAG_MIN_S` at least.
+LAG_FACTOR = 3.0
+LAG_MIN_S = 0.1
+
+
+def find_lagging_points(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points whose clients saw their first token far later than the engine itself
+    reported (its ``/metrics`` mean): time lost between the engine and its clients (its
+    API server, or a machine that held the clients off the CPU), not in the engine.
+
+    >>> ok = {"ttft_p50_s": 0.012, "engine_ttft_s": 0.010}
+    >>> late = {"ttft_p50_s": 0.538, "engine_ttft_s": 0.0055}
+    >>> find_lagging_points([ok, late, {"ttft_p50_s": 0.5, "engine_ttft_s": None}]) == [late]
+    True
+    """
+    out = []
+    for p in points:
+        client, engine = p.get("ttft_p50_s"), p.get("engine_ttft_s")
+        if client is None or engine is None:
+            continue
+        if client > engine * LAG_FACTOR and client - engine > LAG_MIN_S:
+            out.append(p)
+    return out
+
+
 def format_summary(document: dict[str, Any], targets: Targets, what: str, pd: bool) -> str:
     """The human summary: fit, targets, the block to paste, the points table."""
     fit = document["preset"]["fit"]
@@ -151,5 +177,20 @@ def format_summary(document: dict[str, Any], targets: Targets, what: str, pd: bo
             f"{_ms(p['engine_ttft_s']):>8} {_ms(p['modelled_ttft_s']):>8} | "
             f"{_ms(p['itl_p50_s']):>8} {_ms(p['itl_p90_s']):>8} {_ms(p['engine_itl_s']):>8} "
             f"{_ms(p['modelled_itl_s']):>8}"
+        )
+    # With --decode the clients' TTFT holds the prefill leg and the KV transfer besides the
+    # decode engine's own first token, so the comparison says nothing there.
+    lagging = [] if pd else find_lagging_points(document["points"])
+    if lagging:
+        worst = max(lagging, key=lambda p: p["ttft_p50_s"] - p["engine_ttft_s"])
+        where = ", ".join(
+            f"{p['kind']} {p['prompt_tokens']}+{p['output_tokens']} x{p['concurrency']}"
+            for p in lagging
+        )
+        lines.append(
+            f"note: at {len(lagging)} point(s) ({where}) the clients' TTFT p50 was far above "
+            f"the engine's own (up to {_ms(worst['ttft_p50_s'])} against "
+            f"{_ms(worst['engine_ttft_s'])} ms): the engine's API server, or the machine, "
+            "fell behind its clients there; the fit reads the engine's own times"
         )
     return "\n".join(lines)
