@@ -308,13 +308,14 @@ def main() -> int:
                         help="vLLM's forward pass on the last CPU, everything else on the "
                              "others (needs two CPUs or more)")  # fmt: skip
     args = parser.parse_args()
-    engine_cpu = pick_engine_cpu(sorted(os.sched_getaffinity(0)), args.bind)
+    cpus = os.sched_getaffinity(0)
+    engine_cpu = pick_engine_cpu(sorted(cpus), args.bind)
     if args.bind and engine_cpu is None:
         print("--bind needs two CPUs or more to run on", file=sys.stderr)
         return 2
     binding = None if engine_cpu is None else {"VLLM_CPU_OMP_THREADS_BIND": str(engine_cpu)}
     if engine_cpu is not None:  # this process and all it starts stay off the engine's CPU
-        os.sched_setaffinity(0, os.sched_getaffinity(0) - {engine_cpu})
+        os.sched_setaffinity(0, cpus - {engine_cpu})
     duration = args.duration or (45.0 if args.quick else 90.0)
     install, why = find_install()
     if install is None:

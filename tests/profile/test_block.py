@@ -127,14 +127,19 @@ def test_a_bad_preset_is_refused_naming_the_field(edit: Any, message: str) -> No
         cost_preset_from_mapping(mapping)
 
 
-def test_the_document_has_exactly_the_contract_keys() -> None:
+def _fitted_document() -> tuple[dict[str, Any], Targets]:
+    """The document of a sweep of the known preset, fitted, with the default targets."""
     true = make_preset()
     results = measure(true, sweep_of(true))
     preset = build_preset(true.model, limits_of(true), fit_cost(true.model, limits_of(true),
                                                                 results))  # fmt: skip
     modelled = [Modelled(*predict_point(preset, r.spec)) for r in results]
     targets = Targets(1.0, 0.05, "defaults", 1000, 200)
-    doc = build_document(_profile(), preset, results, modelled, targets)
+    return build_document(_profile(), preset, results, modelled, targets), targets
+
+
+def test_the_document_has_exactly_the_contract_keys() -> None:
+    doc, targets = _fitted_document()
     assert set(doc) == {"profile", "preset", "points"}
     assert set(doc["profile"]) == {"prefillTokensPerS", "kvTokenCapacity", "maxBatchAtItl"}
     assert cost_preset_from_mapping(doc) == cost_preset_from_mapping(doc["preset"])
@@ -154,13 +159,7 @@ def test_the_summary_says_where_the_clients_fell_behind_the_engine() -> None:
     """vLLM's CPU build on two cores: waves of short prompts whose clients got their first
     token half a second after the engine made it. The summary names those points; with
     --decode (the clients' TTFT holds the prefill leg too) it says nothing."""
-    true = make_preset()
-    results = measure(true, sweep_of(true))
-    preset = build_preset(true.model, limits_of(true), fit_cost(true.model, limits_of(true),
-                                                                results))  # fmt: skip
-    modelled = [Modelled(*predict_point(preset, r.spec)) for r in results]
-    targets = Targets(1.0, 0.05, "defaults", 1000, 200)
-    doc = build_document(_profile(), preset, results, modelled, targets)
+    doc, targets = _fitted_document()
     assert "fell behind" not in format_summary(doc, targets, "x", pd=False)
     late = next(p for p in doc["points"] if p["kind"] == "decode")
     late["engine_ttft_s"], late["ttft_p50_s"] = 0.0055, 0.5378

@@ -90,7 +90,11 @@ def parse_prefill_answer(raw: bytes) -> tuple[dict[str, Any] | None, int | None]
     if not isinstance(answer, dict):
         return None, None
     params = answer.get("kv_transfer_params")
-    return (params if isinstance(params, dict) and params else None), _prompt_tokens(answer)
+    usage = answer.get("usage")
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+        tokens = None
+    return (params if isinstance(params, dict) and params else None), tokens
 
 
 def decide_kv_reusable(kv_params: dict[str, Any], *, delivered: bool, now_epoch_s: float) -> bool:
@@ -216,11 +220,3 @@ class StreamEnd:
     def partial(self) -> bool:
         """The stream stopped inside an event (no blank line after its last bytes)."""
         return not self.tail.endswith(b"\n\n")
-
-
-def _prompt_tokens(answer: dict[str, Any]) -> int | None:
-    usage = answer.get("usage")
-    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    return (
-        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
-    )
