@@ -295,3 +295,28 @@ async def test_queue_limit_answers_503(start_server: StartServer) -> None:
         'vllm:admission_rejections_total{model_name="sim-model",reason="max_num_queued_reqs"} 1.0'
         in text
     )
+
+
+async def test_a_measured_front_end_delays_the_first_token_not_the_engine(
+    start_server: StartServer,
+) -> None:
+    """A preset's front end (``frontend_latency_s``, simulated seconds) holds each request
+    before the engine sees it: the client's first token comes that much later, the
+    engine's own TTFT (``vllm:time_to_first_token_seconds``) does not grow."""
+    body = {"prompt": "hello there", "max_tokens": 2, "stream": True}
+    timings = {}
+    for frontend_s in (0.0, 10.0):  # 10 simulated seconds: 0.2 s of wall time at 50x
+        client = await start_server(frontend_latency_s=frontend_s)
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        resp = await client.post("/v1/completions", json=body)
+        assert resp.status == 200
+        await resp.content.readline()  # the first token's event
+        timings[frontend_s] = loop.time() - sent
+        await resp.read()
+        text = await (await client.get("/metrics")).text()
+        (line,) = [
+            x for x in text.splitlines() if x.startswith("vllm:time_to_first_token_seconds_sum")
+        ]
+        assert float(line.rsplit(" ", 1)[1]) < 1.0, "the engine's own TTFT leaves it out"
+    assert timings[10.0] >= 0.2 > timings[0.0], timings

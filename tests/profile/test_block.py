@@ -3,6 +3,7 @@ file and the document's shape."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from typing import Any
@@ -106,6 +107,11 @@ def test_a_preset_survives_its_mapping_and_a_profile_document_holds_one() -> Non
     again = cost_preset_from_mapping(json.loads(json.dumps(preset.to_mapping())))
     assert again == preset
     assert cost_preset_from_mapping({"preset": preset.to_mapping()}) == preset
+    measured = dataclasses.replace(preset, frontend_latency_s=0.0062)
+    mapping = json.loads(json.dumps(measured.to_mapping()))
+    assert mapping["frontend"] == {"latency_s": 0.0062}
+    assert cost_preset_from_mapping(mapping) == measured
+    assert "frontend" not in preset.to_mapping(), "no front end measured: none written"
 
 
 @pytest.mark.parametrize(
@@ -118,6 +124,9 @@ def test_a_preset_survives_its_mapping_and_a_profile_document_holds_one() -> Non
         (lambda m: m["model"].update(num_layers=0), r"preset.model: .*num_layers"),
         (lambda m: m.update(speed=3), r"unknown field\(s\) \['speed'\]"),
         (lambda m: m["engine"].update(num_gpu_blocks=1), r"preset.engine: max_model_len"),
+        (lambda m: m.update(frontend={"latency_s": -1}), r"preset.frontend.latency_s: -1 "),
+        (lambda m: m.update(frontend={"latency": 1}), r"preset.frontend: unknown .*'latency'"),
+        (lambda m: m.update(frontend=0.01), r"preset.frontend: expected a mapping"),
     ],
 )
 def test_a_bad_preset_is_refused_naming_the_field(edit: Any, message: str) -> None:

@@ -151,3 +151,30 @@ def test_exact_engine_gives_the_same_run(policy: str) -> None:
 def _exact(scenario: Scenario) -> FleetPlan:
     plan = scenario.plan
     return replace(plan, pools={r: replace(p, exact_engine=True) for r, p in plan.pools.items()})
+
+
+@pytest.mark.parametrize(("mode", "legs"), [("disaggregated", 2), ("aggregated", 1)])
+def test_a_measured_front_end_reaches_every_first_token_and_end(mode: str, legs: int) -> None:
+    """A preset's front end (``PoolPlan.frontend_latency_s``) is added to each request's
+    first token and end once per engine leg (prefill and decode, or the one engine), the
+    router's TTFT included; the engines' own timings and the run itself are unchanged."""
+    plan = build_fleet_plan(make_isvc(mode=mode))
+    slow = replace(
+        plan, pools={r: replace(p, frontend_latency_s=0.05) for r, p in plan.pools.items()}
+    )
+    options = SimulationOptions(initial_replicas={role: 2 for role in plan.pools})
+    trace = make_trace(200, 10.0)
+    base = Simulation(plan, trace, None, options).run()
+    late = Simulation(slow, trace, None, options).run()
+    done = [i for i, o in enumerate(base.table.outcome) if o == COMPLETED]
+    assert len(done) == len(trace) and late.table.outcome == base.table.outcome
+    for i in done:
+        for column in ("first_token_s", "finish_s"):
+            shift = getattr(late.table, column)[i] - getattr(base.table, column)[i]
+            assert shift == pytest.approx(0.05 * legs), (i, column)
+    assert late.router.classes["default"].ttft.total == pytest.approx(
+        base.router.classes["default"].ttft.total + 0.05 * legs * len(trace)
+    )
+    assert [p.ttft.total for p in late.fleet.by_number] == [
+        p.ttft.total for p in base.fleet.by_number
+    ]

@@ -245,6 +245,7 @@ def build_options(args: argparse.Namespace) -> Any:
         kv_port=args.kv_port,
         kv_pull_timeout_s=args.kv_pull_timeout_s,
         faults=faults,
+        frontend_latency_s=preset.frontend_latency_s if preset else 0.0,
         engine_id=args.engine_id,
     )
 

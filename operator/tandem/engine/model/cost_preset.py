@@ -9,7 +9,12 @@ also the ``preset`` block of a ``tandem profile`` document)::
                      "overhead_s_per_layer": 0.0021, "seq_overhead_s_per_layer": 1.6e-4},
      "engine": {"num_gpu_blocks": 8192, "block_size": 128, "max_num_seqs": 64,
                 "max_num_batched_tokens": 2048, "max_model_len": 2048},
+     "frontend": {"latency_s": 0.006},
      "fit": {...}}
+
+``frontend`` is optional (0 when absent): what the engine's front end (HTTP, the API
+server, the hand-over to the engine loop and back) adds to each request's first token
+beyond what the engine itself times.
 
 A fitted preset folds the efficiencies into the device's rates (``gpu.peak_flops`` and
 ``gpu.hbm_bytes_per_s`` are what the engine achieved, the efficiencies 1.0); ``fit`` says
@@ -35,7 +40,7 @@ from tandem.engine.model.presets import (
 
 ENGINE_FIELDS = ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
                  "max_model_len")  # fmt: skip
-SECTIONS = ("model", "gpu", "tensor_parallel", "calibration", "engine", "fit")
+SECTIONS = ("model", "gpu", "tensor_parallel", "calibration", "engine", "frontend", "fit")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,11 @@ class CostPreset:
     max_num_batched_tokens: int
     max_model_len: int
     tensor_parallel: int = 1
+    frontend_latency_s: float = 0.0
+    """Seconds the engine's front end adds to each request's first token beyond the
+    engine's own TTFT (``tandem profile``: the clients' TTFT minus the engine's, one
+    request at a time). The simulated engine holds each request this long before its
+    engine model sees it; the fleet simulator adds it to each leg's first token."""
     fit: Mapping[str, Any] = field(default_factory=dict)
     """How the fit went (points, error); informational."""
 
@@ -78,6 +88,8 @@ class CostPreset:
             "calibration": dataclasses.asdict(self.calibration),
             "engine": {name: getattr(self, name) for name in ENGINE_FIELDS},
         }
+        if self.frontend_latency_s:
+            out["frontend"] = {"latency_s": self.frontend_latency_s}
         if self.fit:
             out["fit"] = dict(self.fit)
         return out
@@ -130,12 +142,26 @@ def cost_preset_from_mapping(data: Mapping[str, Any], where: str = "preset") -> 
     fit = data.get("fit", {})
     if not isinstance(fit, Mapping):
         raise ValueError(f"{where}.fit: expected a mapping")
-    preset = CostPreset(model, gpu, calibration, tensor_parallel=tp, fit=dict(fit), **ints)
+    frontend = _frontend_latency(data.get("frontend", {}), f"{where}.frontend")
+    preset = CostPreset(model, gpu, calibration, tensor_parallel=tp,
+                        frontend_latency_s=frontend, fit=dict(fit), **ints)  # fmt: skip
     try:
         preset.engine_config()
     except ValueError as err:
         raise ValueError(f"{where}.engine: {err}") from None
     return preset
+
+
+def _frontend_latency(data: object, where: str) -> float:
+    if not isinstance(data, Mapping):
+        raise ValueError(f'{where}: expected a mapping like {{"latency_s": 0.005}}')
+    unknown = sorted(set(data) - {"latency_s"})
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {unknown}; valid: ['latency_s']")
+    value = data.get("latency_s", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 60:
+        raise ValueError(f"{where}.latency_s: {value!r} is not a number of seconds in [0, 60)")
+    return float(value)
 
 
 def _section(data: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:

@@ -57,5 +57,8 @@ class SimServerConfig:
     """Decode role: wall-clock limit of one KV pull from the prefill engine."""
     gpu_memory_utilization: float = 0.9
     faults: FaultConfig = field(default_factory=FaultConfig)
+    frontend_latency_s: float = 0.0
+    """Simulated seconds each request is held before the engine model sees it: what a
+    measured engine's front end added to its first tokens (a preset's ``frontend``)."""
     engine_index: str = "0"
     """Value of the ``engine`` label."""

@@ -67,6 +67,7 @@ class SimOptions:
     kv_port: int | None = _SERVER["kv_port"]
     kv_pull_timeout_s: float = _SERVER["kv_pull_timeout_s"]
     faults: FaultConfig = field(default_factory=FaultConfig)
+    frontend_latency_s: float = 0.0
     engine_id: str | None = None
 
 
@@ -115,4 +116,5 @@ def build_server_config(opts: SimOptions) -> SimServerConfig:
         kv_pull_timeout_s=opts.kv_pull_timeout_s,
         gpu_memory_utilization=opts.gpu_memory_utilization,
         faults=opts.faults,
+        frontend_latency_s=opts.frontend_latency_s,
     )

@@ -230,6 +230,13 @@ def kv_params_out(request: web.Request, state: ServerState, fin: FinishedRequest
     }
 
 
+async def pass_frontend(state: ServerState) -> None:
+    """Hold a request for the measured engine's front end (its HTTP, API server and
+    hand-over to the engine loop: a preset's ``frontend``) before the engine sees it."""
+    if state.config.frontend_latency_s > 0:
+        await asyncio.sleep(state.config.frontend_latency_s / state.config.speedup)
+
+
 def submit_choices(
     state: ServerState, parsed: ParsedRequest, response_id: str, event: asyncio.Event
 ) -> list[Choice]:
@@ -269,6 +276,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     model_name = parsed.model or state.config.served_model_names[0]
     fmt = ChunkFormatter(kind, prefix + external_id, int(time.time()), model_name)
     event = asyncio.Event()
+    await pass_frontend(state)
     try:
         choices = submit_choices(state, parsed, fmt.response_id, event)
     except ValueError as exc:

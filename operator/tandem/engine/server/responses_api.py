@@ -28,6 +28,7 @@ from tandem.engine.server.generate import (
     failed,
     kv_params_out,
     new_text,
+    pass_frontend,
     read_json,
     submit_choices,
     wait_all,
@@ -64,6 +65,7 @@ async def handle_responses(request: web.Request) -> web.StreamResponse:
     events = ResponseEvents(echo, model, int(time.time()), limit, f"msg_{secrets.token_hex(8)}")
     event = asyncio.Event()
     assert parsed.request_id is not None
+    await pass_frontend(state)
     try:
         (choice,) = submit_choices(state, parsed, parsed.request_id, event)
     except ValueError as exc:

@@ -74,6 +74,10 @@ class Flow:
         """Requests not yet ended."""
         self.last_end_s = 0.0
         self.catchup = CatchUp(self)
+        self.frontend_by_role = {role: p.frontend_latency_s for role, p in plan.pools.items()}
+        self.frontend_pd_s = sum(
+            self.frontend_by_role.get(role, 0.0) for role in ("prefill", "decode")
+        )
 
     # -- arrivals and dispatch -----------------------------------------------------
 
@@ -231,6 +235,14 @@ class Flow:
                 self._end(i, now, ABORTED, "500")
         return events
 
+    def _frontend_s(self, pod: Pod, i: int) -> float:
+        """What the engines' front ends add to request ``i``'s answer from ``pod`` on its
+        way to the client (:attr:`~tandem.sim.fleet.spec.PoolPlan.frontend_latency_s`):
+        both legs' for a disaggregated request, one engine's otherwise."""
+        if pod.role == "decode" and not self.table.absorbed[i]:
+            return self.frontend_pd_s
+        return self.frontend_by_role[pod.role]
+
     def record_gaps(self, pod: Pod, gaps: list[float], n: int) -> None:
         """Iterations of ``n`` continuing tokens each, with these gaps (batched steps)."""
         router_itl, pod_itl = self.counters.itl, pod.itl
@@ -273,16 +285,17 @@ class Flow:
         if r.first_tokens:
             for rid in r.first_tokens:
                 i = int(rid)
-                table.first_token_s[i] = now
-                counters.ttft.observe(now - table.arrival_s[i])
+                seen = now + self._frontend_s(pod, i)  # the token's way out to the client
+                table.first_token_s[i] = seen
+                counters.ttft.observe(seen - table.arrival_s[i])
                 pod.ttft.observe(now - self.leg_start_s[i])
                 self.router.record_first_token(
                     self.klass,
                     self.targets,
                     table.prompt_tokens[i],
-                    now - table.arrival_s[i],
-                    now - table.dispatch_s[i],
-                    now,
+                    seen - table.arrival_s[i],
+                    seen - table.dispatch_s[i],
+                    seen,
                 )
                 if pod.role == "pool" or table.absorbed[i]:
                     pod.endpoint.outstanding_prompt_tokens -= table.prompt_tokens[i]
@@ -303,7 +316,7 @@ class Flow:
                 table.tpot_s[i] = NAN if tpot is None else tpot
                 if tpot is not None:
                     least.observe_tpot(tpot, now)
-                self._end(i, now, COMPLETED, "200")
+                self._end(i, now + self._frontend_s(pod, i), COMPLETED, "200")
             else:
                 self._end(i, now, ABORTED, "500")
                 events.extend(self._release_prefill(now, i))

@@ -46,6 +46,10 @@ class PoolPlan:
     min_replicas: int
     max_replicas: int
     initial_replicas: int
+    frontend_latency_s: float = 0.0
+    """What each engine's front end adds to a request's first token (and its end), over
+    the engine's own time: a measured preset's ``frontend``. Modelled as the way out to
+    the client: the engine's own timings and queue are unaffected."""
     exact_engine: bool = False
     """Visit every sequence every iteration (no steady-decode shortcut): the same run,
     slower; a check of the shortcut on whole simulations."""
@@ -177,6 +181,7 @@ def build_fleet_plan(
             min_replicas=pool.replicas.min,
             max_replicas=pool.replicas.max,
             initial_replicas=pool.replicas.start,
+            frontend_latency_s=preset.frontend_latency_s if preset is not None else 0.0,
             exact_engine=exact_engine,
         )
     policy = compute_policy_config(isvc)
