@@ -11,7 +11,10 @@
    (vLLM stopped) against ``tandem engine sim --preset`` with the fitted preset, and
    prints TTFT p50/p90 and ITL p50/p90 of both with the relative error (sim over real).
    A request's ITL is its mean gap, ``(last token - first token) / (tokens - 1)``, as
-   ``tandem profile`` counts it; the percentiles are over requests.
+   ``tandem profile`` counts it; the percentiles are over requests. The fitted preset
+   holds vLLM's front end as the profile measured it (``frontend.latency_s``: what its
+   HTTP and API server add to a first token, one request at a time); ``--engine-only``
+   also replays the sim with it left out, the engine model alone, in a table of its own.
 4. Replays each load on real vLLM a second time (new prompts, same lengths and times) and
    prints that run against the first the same way: the machine's noise floor, against
    which the sim's error reads (``--no-baseline`` skips it).
@@ -32,7 +35,8 @@ engine) on the others, as vLLM's CPU guide advises (reserve a core for the servi
 end) and as a GPU node has it. On two cores that leaves one core for vLLM's front end and
 the load generator together, which keeps up at light loads only (docs/profile.md).
 
-Usage: ``.venv/bin/python bench/fidelity.py [--quick] [--duration S] [--json OUT]``
+Usage: ``.venv/bin/python bench/fidelity.py [--quick] [--bind] [--engine-only] [--duration S]
+[--json OUT]``
 (needs ``bash .ci/install-vllm``; about 12 minutes on two cores, less with ``--quick``).
 """
 
@@ -222,9 +226,11 @@ def nice(group: int) -> None:
         os.setpriority(os.PRIO_PGRP, group, -10)
 
 
-def start_sim(preset_file: Path, log_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_sim(
+    preset_file: Path, log_dir: Path, name: str = "sim"
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    log = (log_dir / "sim.log").open("wb")
+    log = (log_dir / f"{name}.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "tandem.cli", "engine", "sim", "--host", "127.0.0.1",
          "--port", str(port), "--served-model-name", SERVED_NAME,
@@ -245,7 +251,17 @@ def start_sim(preset_file: Path, log_dir: Path) -> tuple[subprocess.Popen[bytes]
             break
         time.sleep(0.5)
     process.kill()
-    raise SystemExit(f"the sim engine did not start; see {log_dir / 'sim.log'}")
+    raise SystemExit(f"the sim engine did not start; see {log_dir / f'{name}.log'}")
+
+
+def without_frontend(document: dict[str, Any]) -> dict[str, Any]:
+    """The profile document with its preset's front-end latency left out (pure).
+
+    >>> without_frontend({"preset": {"frontend": {"latency_s": 0.01}, "fit": {}}})
+    {'preset': {'fit': {}}}
+    """
+    preset = {k: v for k, v in document["preset"].items() if k != "frontend"}
+    return {**document, "preset": preset}
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -304,6 +320,9 @@ def main() -> int:
     parser.add_argument("--logs", type=Path, default=Path("fidelity-logs"), help="engine logs")
     parser.add_argument("--no-baseline", action="store_true",
                         help="replay each load on real vLLM once, not twice")  # fmt: skip
+    parser.add_argument("--engine-only", action="store_true",
+                        help="also replay the sim with the preset's front end left out "
+                             "(its engine model alone), in a table of its own")  # fmt: skip
     parser.add_argument("--bind", action="store_true",
                         help="vLLM's forward pass on the last CPU, everything else on the "
                              "others (needs two CPUs or more)")  # fmt: skip
@@ -360,20 +379,34 @@ def main() -> int:
                 row["again"] = figures(asyncio.run(replay(real.url, schedule, run=1)))
     finally:
         real.stop()
-    sim, url = start_sim(preset_file, args.logs)
-    try:
-        for row, (u, rate, schedule) in zip(rows, schedules, strict=True):
-            print(f"sim: {len(schedule)} requests at {rate:.2f}/s ({u:.0%})", flush=True)
-            row["sim"] = figures(asyncio.run(replay(url, schedule)))
-    finally:
-        stop(sim)
+    sims = [("sim", preset_file)]
+    if args.engine_only:
+        engine_only = args.logs / "profile-engine-only.json"
+        engine_only.write_text(json.dumps(without_frontend(outcome.document), indent=2))
+        sims.append(("engine-only", engine_only))
+    for name, file in sims:
+        sim, url = start_sim(file, args.logs, name)
+        try:
+            for row, (u, rate, schedule) in zip(rows, schedules, strict=True):
+                print(f"{name}: {len(schedule)} requests at {rate:.2f}/s ({u:.0%})", flush=True)
+                row[name] = figures(asyncio.run(replay(url, schedule)))
+        finally:
+            stop(sim)
     load_after = os.getloadavg()
     print()
     print(f"fidelity: real vLLM {VLLM_VERSION} (CPU, tiny model) against tandem engine sim "
           f"with the fitted preset, {duration:g}s of arrivals per load, seed {args.seed}; "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
           f"{time.monotonic() - started:.0f}s in all; {placement(engine_cpu)}")  # fmt: skip
+    print(
+        f"(the sim's preset holds the front end fitted: "
+        f"{preset.frontend_latency_s * 1e3:.1f} ms a request)"
+    )
     print(format_table(rows))
+    if args.engine_only:
+        print()
+        print("the sim without the front end (the engine model alone)")
+        print(format_table(rows, "engine-only"))
     if not args.no_baseline:
         print()
         print("noise floor: the same loads replayed on real vLLM a second time")

@@ -40,9 +40,12 @@ MHA_3B = ModelSpec(
     name="known-mha-3b", num_params=3e9, num_layers=32, hidden_size=3072, num_heads=24,
     num_kv_heads=24, head_dim=128, vocab_size=32000, max_model_len=8192,
 )  # fmt: skip
-KNOWN = make_preset(model=MHA_3B, peak_flops=1e14, hbm_bytes_per_s=2e12, fixed_s=10e-3,
-                    per_seq_s=0.5e-3, max_num_seqs=8, max_num_batched_tokens=1024,
-                    max_model_len=8192, num_gpu_blocks=8192)  # fmt: skip
+KNOWN = dataclasses.replace(
+    make_preset(model=MHA_3B, peak_flops=1e14, hbm_bytes_per_s=2e12, fixed_s=10e-3,
+                per_seq_s=0.5e-3, max_num_seqs=8, max_num_batched_tokens=1024,
+                max_model_len=8192, num_gpu_blocks=8192),
+    frontend_latency_s=0.05,
+)  # fmt: skip
 SERVED = "known-llama"
 #: How close the profile must come to the known engine: its predictions within 15 % of the
 #: known preset's at loads the sweep did not run; the cost of one more sequence, the
@@ -221,6 +224,14 @@ def test_the_summary_the_document_and_the_plot(profiled: Any) -> None:
     assert (out / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = document["points"]
     assert all(p["engine_itl_s"] for p in points if p["kind"] == "decode")
+    # The known front end, seen by the clients of a half-speed sim as 0.1 s of wall time
+    # and not in the engine's own TTFT. At half speed the clients' times are twice the
+    # engine's, so the estimate also holds the engine's TTFT once more (a median of about
+    # 0.05 s over the one-at-a-time prefill points): about 0.15 s, and 0.05 s if the sim
+    # left its front end out.
+    frontend = document["preset"]["frontend"]["latency_s"]
+    assert 2 * KNOWN.frontend_latency_s * 0.9 <= frontend <= 0.3, frontend
+    assert f"front end: {frontend * 1000:.3g} ms a request" in run.stdout
 
 
 def test_the_fitted_preset_runs_the_simulated_engine(profiled: Any, tmp_path: Path) -> None:

@@ -148,6 +148,12 @@ def format_summary(document: dict[str, Any], targets: Targets, what: str, pd: bo
         f"targets: TTFT {targets.ttft_s:g}s, ITL {targets.itl_s * 1000:g}ms ({targets.source}); "
         f"typical request {targets.prompt_tokens} prompt + {targets.output_tokens} output tokens",
     ]
+    frontend = document["preset"].get("frontend", {}).get("latency_s")
+    if frontend is not None:
+        lines.append(
+            f"front end: {frontend * 1000:.3g} ms a request over the engine's own TTFT "
+            "(one request at a time; the simulated engine adds it)"
+        )
     block = document["profile"]
     if pd:
         lines += [

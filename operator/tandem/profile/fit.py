@@ -50,7 +50,7 @@ from tandem.engine.model import (
 from tandem.engine.model.cost import IterationTime
 from tandem.engine.model.cost_preset import CostPreset
 from tandem.profile.plan import PointSpec
-from tandem.profile.points import PointResult
+from tandem.profile.points import PointResult, percentile
 
 Shape = tuple[int, float, int, int, int]
 """(compute tokens, attention pairs, sequences, KV read tokens, sampled): one iteration."""
@@ -461,6 +461,35 @@ def build_preset(
             "request_overhead_s": fit.request_s,
         },
     )
+
+
+def estimate_frontend_latency(results: Sequence[PointResult]) -> float | None:
+    """What the engine's front end adds to a request's first token beyond the engine's
+    own TTFT: the median, over the prefill points run one request at a time, of the
+    clients' median TTFT minus the engine's (HTTP, the API server, the hand-over to the
+    engine loop and back). ``None`` where no such point has the engine's own times.
+
+    >>> from tandem.profile.plan import PointSpec
+    >>> from tandem.profile.points import RequestTiming
+    >>> def point(prompt, client_s, engine_s, concurrency=1):
+    ...     spec = PointSpec("prefill", prompt, 1, concurrency, 3)
+    ...     timing = RequestTiming(prompt, 1, client_s, client_s)
+    ...     return PointResult(spec, (timing,) * 3, engine_ttfts_s=(engine_s,))
+    >>> round(estimate_frontend_latency([point(16, 0.012, 0.004), point(256, 0.020, 0.013),
+    ...                                  point(16, 0.500, 0.010, concurrency=8)]), 4)
+    0.0075
+    >>> estimate_frontend_latency([point(16, 0.012, 0.004, concurrency=8)]) is None
+    True
+    """
+    gaps = [
+        r.ttft_s() - engine
+        for r in results
+        if r.spec.kind == "prefill" and r.spec.concurrency == 1
+        and (engine := r.engine_ttft_s) is not None and engine > 0 and r.requests
+    ]  # fmt: skip
+    if not gaps:
+        return None
+    return max(percentile(gaps, 50), 0.0)
 
 
 def predict_point(preset: CostPreset, point: PointSpec) -> tuple[float, float | None]:

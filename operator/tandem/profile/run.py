@@ -12,6 +12,7 @@ architecture's file, a progress bar on stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -22,7 +23,13 @@ from tandem.engine.model import ModelSpec, get_model
 from tandem.profile.architecture import model_spec_from_file
 from tandem.profile.block import compute_profile, estimate_kv_capacity
 from tandem.profile.document import Modelled, Targets, build_document, format_summary
-from tandem.profile.fit import EngineLimits, build_preset, fit_cost, predict_point
+from tandem.profile.fit import (
+    EngineLimits,
+    build_preset,
+    estimate_frontend_latency,
+    fit_cost,
+    predict_point,
+)
 from tandem.profile.measure import (
     EngineInfo,
     KvSamples,
@@ -164,6 +171,11 @@ async def profile(request: ProfileRequest, *, show_progress: bool = False) -> Ou
         fit = fit_cost(model, limits, results)
         preset = build_preset(model, limits, fit)
         preset.engine_config()
+        # One engine's front end: with --decode the clients' TTFT holds two engines' (and
+        # the KV transfer), which one request at a time cannot tell apart.
+        frontend = None if request.decode_url else estimate_frontend_latency(results)
+        if frontend is not None:
+            preset = dataclasses.replace(preset, frontend_latency_s=round(frontend, 6))
     except ValueError as err:
         raise ProfileError(f"the fit failed: {err}") from None
     modelled = []
