@@ -269,13 +269,13 @@ async def stream_to_client(
 
     def relay(chunk: bytes) -> None:  # from the engine connection's parser
         nonlocal last, events, gone
-        now = loop.time()
-        guard.deadline = now + idle_s  # guard.touch(), without a call a token
+        guard.touch()
         if transport.is_closing():
             gone = True
             resp.pause()
             return
         transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
+        now = loop.time()
         itl.observe(now - last)
         if record_gap is not None:
             record_gap(now - last)
