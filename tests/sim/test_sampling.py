@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.engine.server import metrics as vllm_metrics
+from tandem.observe.histogram import BucketCounter
 from tandem.router import metrics as router_metrics
 from tandem.sim.fleet.histogram import (
     ROUTER_ITL_BUCKETS_S,
@@ -12,7 +13,6 @@ from tandem.sim.fleet.histogram import (
     ROUTER_TTFT_BUCKETS_S,
     VLLM_ITL_BUCKETS_S,
     VLLM_TTFT_BUCKETS_S,
-    BucketCounter,
 )
 from tandem.sim.fleet.sampling import MetricsSampler, sample_engine, sample_fleet
 from tandem.sim.fleet.simulation import Simulation, SimulationOptions

@@ -6,12 +6,15 @@ A Prometheus histogram is a list of cumulative buckets ``(le, count)`` ending at
 current histogram is the delta) and percentiles of that delta, computed the way
 PromQL's ``histogram_quantile`` does: find the bucket holding the rank and
 interpolate linearly inside it, taking 0 as the lower bound of the first bucket and
-answering the highest finite bound when the rank falls in ``+Inf``.
+answering the highest finite bound when the rank falls in ``+Inf``. Where observations
+are made (the router's token gaps, the simulator's engines), :class:`BucketCounter` counts
+them and gives the cumulative histogram a scrape reads.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +37,37 @@ class Histogram:
     def count(self) -> float:
         """Observations in the histogram (the ``+Inf`` bucket)."""
         return self.buckets[-1][1] if self.buckets else 0.0
+
+
+class BucketCounter:
+    """Observation counts per bucket (not cumulative until :meth:`histogram`) and a sum."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        """Upper bounds, ascending, without ``+Inf`` (the last slot is ``+Inf``)."""
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        """Sum of observed values."""
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """``count`` observations of ``value`` (Prometheus's ``le``: a bound is inclusive)."""
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.total += value * count
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def histogram(self) -> Histogram:
+        """The cumulative histogram a scrape would read now."""
+        running = 0
+        buckets: list[tuple[float, float]] = []
+        for bound, n in zip((*self.bounds, INF), self.counts, strict=True):
+            running += n
+            buckets.append((bound, float(running)))
+        return Histogram(buckets=tuple(buckets), sum=self.total)
 
 
 def parse_histogram(

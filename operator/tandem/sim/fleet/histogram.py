@@ -1,17 +1,13 @@
-"""Cumulative bucket counters, the simulator's stand-in for Prometheus histograms. Pure.
+"""The bucket bounds of the simulator's histograms: vLLM's and the router's (a test checks
+they match theirs). Pure.
 
-Engines and the router observe latencies into these as they happen; a scrape turns
-one into the :class:`~tandem.observe.histogram.Histogram` a parsed ``/metrics`` page
-would give, so the operator's own compute path reads simulated and real pages alike.
-The bucket bounds are vLLM's and the router's (a test checks they match theirs).
+Engines and the router observe latencies into
+:class:`~tandem.observe.histogram.BucketCounter` as they happen; a scrape turns one into
+the :class:`~tandem.observe.histogram.Histogram` a parsed ``/metrics`` page would give,
+so the operator's own compute path reads simulated and real pages alike.
 """
 
 from __future__ import annotations
-
-from bisect import bisect_left
-from collections.abc import Sequence
-
-from tandem.observe.histogram import INF, Histogram
 
 #: vLLM's ``vllm:time_to_first_token_seconds`` buckets.
 VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -37,34 +33,3 @@ ROUTER_RATIO_BUCKETS = (
     0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0,
     2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 20.0, 50.0,
 )  # fmt: skip
-
-
-class BucketCounter:
-    """Observation counts per bucket (not cumulative until :meth:`histogram`) and a sum."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        """Upper bounds, ascending, without ``+Inf`` (the last slot is ``+Inf``)."""
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.total = 0.0
-        """Sum of observed values."""
-
-    def observe(self, value: float, count: int = 1) -> None:
-        """``count`` observations of ``value`` (Prometheus's ``le``: a bound is inclusive)."""
-        self.counts[bisect_left(self.bounds, value)] += count
-        self.total += value * count
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def histogram(self) -> Histogram:
-        """The cumulative histogram a scrape would read now."""
-        running = 0
-        buckets: list[tuple[float, float]] = []
-        for bound, n in zip((*self.bounds, INF), self.counts, strict=True):
-            running += n
-            buckets.append((bound, float(running)))
-        return Histogram(buckets=tuple(buckets), sum=self.total)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from tandem.api.vocab import PoolRole
 from tandem.engine.model import Engine, IterationResult
+from tandem.observe.histogram import BucketCounter
 from tandem.router.selection import Endpoint
-from tandem.sim.fleet.histogram import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S, BucketCounter
+from tandem.sim.fleet.histogram import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 
 STARTING = 0
 READY = 1

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from tandem.api.vocab import PoolRole
+from tandem.observe.histogram import BucketCounter
 from tandem.observe.parse import ClassSample, RouterSample
 from tandem.policy.config import LatencyTargets
 from tandem.policy.feasibility import LeastLatency, judge_request
@@ -40,7 +41,6 @@ from tandem.sim.fleet.histogram import (
     ROUTER_ITL_BUCKETS_S,
     ROUTER_RATIO_BUCKETS,
     ROUTER_TTFT_BUCKETS_S,
-    BucketCounter,
 )
 from tandem.sim.fleet.pod import Pod
 
