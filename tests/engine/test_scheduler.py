@@ -258,6 +258,22 @@ def test_decode_role_waits_for_the_transfer_then_decodes() -> None:
     assert stats.prompt_tokens_local_compute_total == 1
 
 
+def test_decode_role_waits_for_capacity_only_outside_its_transfers() -> None:
+    # 64 blocks of 16 tokens: the first request's 600-token pull takes 38 blocks, so the
+    # second cannot get its 38 until the first is gone (vLLM: "capacity", not "deferred")
+    engine = make_engine(kv_link_bytes_per_s=1e8)
+    engine.add_request(make_request("a", prompt=600, out=4, remote_kv=RemoteKV(600)), 0.0)
+    engine.add_request(make_request("b", prompt=600, out=4, remote_kv=RemoteKV(600)), 0.0)
+    res = engine.step(0.0)
+    assert [t.request_id for t in res.kv_transfers_started] == ["a"]
+    stats = engine.stats()
+    assert (stats.num_waiting, stats.num_kv_transferring) == (2, 1)
+    assert stats.num_waiting_for_capacity == 1  # b: no blocks to pull into
+    assert stats.num_waiting_for_kv == 2  # both still need their KV
+    engine.add_request(make_request("c", prompt=16, out=4), 0.0)
+    assert engine.stats().num_waiting_for_capacity == 2
+
+
 def test_external_transfer_failure_policies() -> None:
     for policy, reason in (("fail", "error"), ("recompute", "length")):
         engine = make_engine(kv_transfer_mode="external", kv_load_failure_policy=policy)

@@ -187,6 +187,10 @@ async def test_decode_counts_transfers_as_waiting(start_server: StartServer) -> 
         'vllm:num_requests_waiting_by_reason{engine="0",model_name="sim-model",'
         'reason="deferred"} 1.0' in text
     )
+    assert (
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="sim-model",'
+        'reason="capacity"} 0.0' in text
+    )
     assert (await task).status == 200
 
 

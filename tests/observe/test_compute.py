@@ -36,10 +36,12 @@ def engine(
     generation: float = 0,
     ttft: Histogram | None = None,
     capacity: float | None = 16000,
+    for_capacity: float | None = None,
 ) -> EngineSample:
     return EngineSample(
         at_s=at_s,
         waiting_requests=waiting,
+        waiting_for_capacity=for_capacity,
         running_requests=running,
         kv_usage=kv,
         kv_capacity_tokens=capacity,
@@ -108,6 +110,17 @@ def test_pool_sums_gauges_averages_kv_and_rates_over_each_pods_window() -> None:
     assert pool.kv_capacity_tokens == 16000
     assert pool.pods["b"].waiting_requests == 4
     assert pool.available and not pool.rates_available
+
+
+def test_waiting_for_capacity_is_known_only_when_every_answering_pod_says() -> None:
+    both = {
+        "a": PodScrape(current=engine(20, waiting=3, for_capacity=1)),
+        "b": PodScrape(current=engine(20, waiting=2, for_capacity=2)),
+        "gone": PodScrape(error="refused"),  # a failed pod does not make it unknown
+    }
+    assert compute_pool("decode", PoolScrape(3, 3, both)).waiting_for_capacity == 3
+    one = {**both, "b": PodScrape(current=engine(20, waiting=2))}  # an older vLLM
+    assert compute_pool("decode", PoolScrape(3, 3, one)).waiting_for_capacity is None
 
 
 def test_restarted_pod_counts_its_current_total() -> None:

@@ -70,6 +70,15 @@ def test_waiting_by_reason_is_not_mistaken_for_waiting() -> None:
     assert sample.waiting_requests == 3  # the by-reason gauges are set to 99
 
 
+def test_waiting_for_capacity_sums_the_capacity_reason_over_engines() -> None:
+    metrics = make_engine(engines=("0", "1"))
+    metrics.waiting_by_reason.labels("llama", "1", "capacity").set(2)
+    sample = parse_engine_sample(metrics.render(), 0)
+    assert sample.waiting_for_capacity == 99 + 2  # "deferred" (99 each) is left out
+    older = "vllm:num_requests_waiting 4\n"  # an engine without the by-reason gauge
+    assert parse_engine_sample(older, 0).waiting_for_capacity is None
+
+
 def test_unprofiled_cache_and_missing_metrics_read_as_none() -> None:
     sample = parse_engine_sample(make_engine(num_gpu_blocks=None).render(), 0)
     assert sample.kv_capacity_tokens is None

@@ -66,6 +66,10 @@ def test_engine_queries_match_both_vllm_spellings() -> None:
         f'{{__name__=~"vllm[:_]time_to_first_token_seconds_bucket",{sel}}}[1m])))'
     )
     assert queries["prefill", "up"] == f"up{{{sel}}}"
+    assert queries["prefill", "waiting_capacity"] == (
+        'sum by (pod) ({__name__=~"vllm[:_]num_requests_waiting_by_reason",'
+        f'{sel},reason="capacity"}}) or vector(0)'
+    )
     with_model = PromTarget("prod", "chat", model_name="llama")
     assert 'model_name="llama"' in build_pool_queries(with_model, "decode", 60)["decode", "running"]
     assert "model_name" not in build_pool_queries(with_model, "decode", 60)["decode", "kv_info"]
@@ -130,6 +134,7 @@ def test_answers_become_an_observation_with_failures_and_empty_queries() -> None
         ("decode", "up"): [({"pod": "d0"}, 1.0), ({"pod": "d1"}, 0.0)],
         ("decode", "waiting"): [({"pod": "d0"}, 3.0), ({"pod": "d2"}, 1.0)],
         ("decode", "running"): [({"pod": "d0"}, 20.0), ({"pod": "d2"}, 2.0)],
+        ("decode", "waiting_capacity"): [({"pod": "d0"}, 1.0), ({}, 0.0)],
         ("decode", "kv_usage"): [({"pod": "d0"}, 0.6)],
         ("decode", "kv_info"): [
             ({"pod": "d0", "engine": "0", "block_size": "16", "num_gpu_blocks": "1000"}, 1.0),
@@ -162,6 +167,7 @@ def test_answers_become_an_observation_with_failures_and_empty_queries() -> None
     assert d.scraped == 1 and d.rated == 1
     assert (d.waiting_requests, d.running_requests, d.kv_usage) == (3, 20, 0.6)
     assert d.kv_capacity_tokens == 32000
+    assert d.waiting_for_capacity == 1  # d0 alone answered
     assert d.generation_tokens_per_s == 120 and d.prompt_tokens_per_s == 12
     assert d.failed["d1"] == "Prometheus reports the target down (up == 0)"
     assert "vllm:kv_cache_usage_perc" in d.failed["d2"]

@@ -450,3 +450,26 @@ def test_an_all_infeasible_workload_is_sized_for_its_throughput_only(
         for role in ("prefill", "decode"):
             assert d.pools[role].desired == want.pools[role].desired, (i, role)
         n_pre, n_dec = d.pools["prefill"].desired, d.pools["decode"].desired
+
+
+def test_decode_sizes_on_the_work_arriving_while_requests_wait_for_capacity() -> None:
+    # Prefill finishes 80 req/s; decode generates 2k tok/s (100 running, 200 tokens per
+    # request): saturated, it generates its capacity, not the 16k tok/s handed to it.
+    def decide_decode(waiting: float, for_capacity: float | None) -> tuple[int, str]:
+        decode = replace(
+            decode_load(2, 100, 0.3, waiting=waiting), waiting_for_capacity=for_capacity
+        )
+        _, (d,) = run([make_obs(0, prefill_load(2, 80_000), decode)], make_config(step_up=16))
+        return d.pools["decode"].desired, d.pools["decode"].reason
+
+    # 16k / (0.9 x 5.12k tok/s per replica at batch 256 within 50 ms) = 3.5 -> 4
+    assert decide_decode(20, 20) == (
+        4,
+        "decode 2→4: 16k tok/s arriving from prefill / (0.9 × 5.12k tok/s per replica at "
+        "batch 256 within ITL 0.05s)",
+    )
+    # Requests pulling their KV wait too, but not for room: no replicas for them, nor
+    # when the engines do not say why their requests wait (vLLM before 0.32).
+    for waiting, for_capacity in ((0, 0), (20, 0), (20, None)):
+        desired, reason = decide_decode(waiting, for_capacity)
+        assert desired == 2 and "KV demand" in reason

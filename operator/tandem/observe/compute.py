@@ -37,7 +37,13 @@ from tandem.observe.parse import (
     EngineSample,
     RouterSample,
 )
-from tandem.observe.types import LatencyObservation, Observation, PodObservation, PoolObservation
+from tandem.observe.types import (
+    LatencyObservation,
+    Observation,
+    PodObservation,
+    PoolObservation,
+    sum_known,
+)
 
 S = TypeVar("S", EngineSample, RouterSample)
 DEFAULT_CLASS = "default"
@@ -142,6 +148,7 @@ def compute_pool(
     failed: dict[str, str] = {}
     pods: dict[str, PodObservation] = {}
     capacities: list[float] = []
+    for_capacity: list[float | None] = []
     rates = [0.0, 0.0, 0.0, 0.0]
     rated: list[PodScrape[EngineSample]] = []
     for name, scrape in sorted(pool.pods.items()):
@@ -162,6 +169,7 @@ def compute_pool(
             failed[name] = f"metrics page lacks {', '.join(missing)}"
             continue
         pods[name] = PodObservation(cur.waiting_requests, cur.running_requests, cur.kv_usage)
+        for_capacity.append(cur.waiting_for_capacity)
         if cur.kv_capacity_tokens is not None:
             capacities.append(cur.kv_capacity_tokens)
         prev = scrape.previous
@@ -185,6 +193,7 @@ def compute_pool(
         scraped=len(pods),
         failed=failed,
         waiting_requests=sum(p.waiting_requests for p in pods.values()),
+        waiting_for_capacity=sum_known(for_capacity),
         running_requests=sum(p.running_requests for p in pods.values()),
         kv_usage=sum(kv) / len(kv) if kv else 0.0,
         kv_usage_max=max(kv, default=0.0),

@@ -29,6 +29,9 @@ from tandem.observe.histogram import Histogram, parse_histogram
 from tandem.observe.text import Sample, parse_exposition
 
 ENGINE_WAITING = "vllm:num_requests_waiting"
+ENGINE_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+ENGINE_REASON_LABEL = "reason"
+ENGINE_CAPACITY_REASON = "capacity"
 ENGINE_RUNNING = "vllm:num_requests_running"
 ENGINE_KV_USAGE = "vllm:kv_cache_usage_perc"
 ENGINE_CACHE_INFO = "vllm:cache_config_info"
@@ -48,6 +51,7 @@ ROUTER_ABSORBED = "tandem_router_absorbed_requests_total"
 ROUTER_ABSORBED_TOKENS = "tandem_router_absorbed_prompt_tokens_total"
 ENGINE_METRICS = (
     ENGINE_WAITING,
+    ENGINE_WAITING_BY_REASON,
     ENGINE_RUNNING,
     ENGINE_KV_USAGE,
     ENGINE_CACHE_INFO,
@@ -79,6 +83,9 @@ class EngineSample:
     at_s: float
     """When the page was read (seconds, caller's clock)."""
     waiting_requests: float | None = None
+    waiting_for_capacity: float | None = None
+    """Of ``waiting_requests``: those waiting for room in the batch or the KV cache
+    (``num_requests_waiting_by_reason{reason="capacity"}``), not for their KV transfer."""
     running_requests: float | None = None
     kv_usage: float | None = None
     """Mean ``kv_cache_usage_perc`` over the pod's engines (0-1)."""
@@ -130,6 +137,9 @@ def parse_engine_sample(text: str, at_s: float, model_name: str | None = None) -
     return EngineSample(
         at_s=at_s,
         waiting_requests=_sum(by_name, ENGINE_WAITING),
+        waiting_for_capacity=_sum_where(
+            by_name, ENGINE_WAITING_BY_REASON, ENGINE_REASON_LABEL, ENGINE_CAPACITY_REASON
+        ),
         running_requests=_sum(by_name, ENGINE_RUNNING),
         kv_usage=sum(kv) / len(kv) if kv else None,
         kv_capacity_tokens=_kv_capacity_tokens(by_name.get(_key(ENGINE_CACHE_INFO), [])),
@@ -200,6 +210,17 @@ def _values(by_name: Mapping[str, Sequence[Sample]], name: str) -> list[float]:
 
 def _sum(by_name: Mapping[str, Sequence[Sample]], name: str) -> float | None:
     values = _values(by_name, name)
+    return sum(values) if values else None
+
+
+def _sum_where(
+    by_name: Mapping[str, Sequence[Sample]], name: str, label: str, value: str
+) -> float | None:
+    values = [
+        s.value
+        for s in by_name.get(_key(name), ())
+        if s.labels.get(label) == value and not math.isnan(s.value)
+    ]
     return sum(values) if values else None
 
 

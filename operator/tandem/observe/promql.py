@@ -27,15 +27,18 @@ from tandem.api.vocab import Component, PoolRole
 from tandem.observe.histogram import DEFAULT_PERCENTILES
 from tandem.observe.parse import (
     ENGINE_CACHE_INFO,
+    ENGINE_CAPACITY_REASON,
     ENGINE_GENERATION_TOKENS,
     ENGINE_ITL,
     ENGINE_KV_USAGE,
     ENGINE_PREEMPTIONS,
     ENGINE_PROMPT_TOKENS,
+    ENGINE_REASON_LABEL,
     ENGINE_REQUEST_SUCCESS,
     ENGINE_RUNNING,
     ENGINE_TTFT,
     ENGINE_WAITING,
+    ENGINE_WAITING_BY_REASON,
     ROUTER_ABSORBED,
     ROUTER_ABSORBED_TOKENS,
     ROUTER_CLASS_LABEL,
@@ -165,6 +168,12 @@ def build_pool_queries(
     for signal, metric in POD_GAUGES.items():
         over_engines = "avg" if signal == "kv_usage" else "sum"
         out[role, signal] = f"{over_engines} by ({pod}) ({build_selector(metric, engine)})"
+    # Engines older than vLLM 0.32 lack the split: "or vector(0)" (a series without a pod
+    # label, so no pod's value) keeps that from reading as missing data.
+    capacity = f"{engine},{ENGINE_REASON_LABEL}={quote(ENGINE_CAPACITY_REASON)}"
+    out[role, "waiting_capacity"] = (
+        f"sum by ({pod}) ({build_selector(ENGINE_WAITING_BY_REASON, capacity)}) or vector(0)"
+    )
     out[role, "kv_info"] = build_selector(ENGINE_CACHE_INFO, base)
     for signal, metric in POD_RATES.items():
         out[role, signal] = f"sum by ({pod}) (rate({build_selector(metric, engine)}[{window}]))"

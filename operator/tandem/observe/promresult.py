@@ -23,7 +23,13 @@ from tandem.observe.compute import compute_engine_fallback
 from tandem.observe.histogram import DEFAULT_PERCENTILES
 from tandem.observe.parse import ROUTER_CLASS_LABEL, ROUTER_CODE_LABEL, ROUTER_REASON_LABEL
 from tandem.observe.promql import POD_GAUGES, POD_RATES, ROUTER_ROLE, PromLabels, QueryKey
-from tandem.observe.types import LatencyObservation, Observation, PodObservation, PoolObservation
+from tandem.observe.types import (
+    LatencyObservation,
+    Observation,
+    PodObservation,
+    PoolObservation,
+    sum_known,
+)
 
 Vector = list[tuple[dict[str, str], float]]
 """An instant vector: ``(labels, value)`` per series."""
@@ -167,6 +173,7 @@ def _pool(
                 gauges["waiting"][pod], gauges["running"][pod], gauges["kv_usage"][pod]
             )
     rates = {signal: _by_label(vector((role, signal)), pod_label) for signal in POD_RATES}
+    for_capacity = _by_label(vector((role, "waiting_capacity")), pod_label)
     capacities = _kv_capacity_by_pod(vector((role, "kv_info")), pod_label)
     kv = [p.kv_usage for p in pods.values()]
     return PoolObservation(
@@ -176,6 +183,7 @@ def _pool(
         scraped=len(pods),
         failed=failed,
         waiting_requests=sum(p.waiting_requests for p in pods.values()),
+        waiting_for_capacity=sum_known([for_capacity.get(pod) for pod in pods]),
         running_requests=sum(p.running_requests for p in pods.values()),
         kv_usage=sum(kv) / len(kv) if kv else 0.0,
         kv_usage_max=max(kv, default=0.0),

@@ -59,6 +59,17 @@ class PodObservation:
     """``vllm:kv_cache_usage_perc`` (0-1), mean over the pod's engines."""
 
 
+def sum_known(values: list[float | None]) -> float | None:
+    """The sum, or ``None`` if any value (or every one: an empty list) is unknown.
+
+    >>> sum_known([1.0, 2.0]), sum_known([1.0, None]), sum_known([])
+    (3.0, None, None)
+    """
+    if not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
+
+
 @dataclass(frozen=True)
 class PoolObservation:
     """One pool at one tick. Gauges are summed over the pods that answered."""
@@ -75,6 +86,11 @@ class PoolObservation:
     """Pod name → error, for pods that were expected to answer and did not."""
     waiting_requests: float = 0.0
     """Sum of ``vllm:num_requests_waiting``."""
+    waiting_for_capacity: float | None = None
+    """Of those, the requests waiting for room in a batch or the KV cache (sum of
+    ``vllm:num_requests_waiting_by_reason{reason="capacity"}``); a decode engine's
+    requests pulling their KV are waiting too, but not for capacity. ``None`` when some
+    answering pod does not export it."""
     running_requests: float = 0.0
     """Sum of ``vllm:num_requests_running``."""
     kv_usage: float = 0.0

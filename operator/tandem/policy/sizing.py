@@ -15,7 +15,10 @@ replica live (:mod:`tandem.policy.learn`; no profiling run):
 * **decode** — one replica generates ``batch`` tokens per step, where ``batch`` is the
   largest that keeps ITL within target (``profile.maxBatchAtItl`` or learned from a
   line fitted through (batch, ITL) of past windows), so replicas = output tokens/s ×
-  ITL target / batch (over the batch share the objective plans); also KV demand over KV
+  ITL target / batch (over the batch share the objective plans). Output tokens/s is
+  what the pool generated, or, while requests wait for room in it, what the prefill
+  pool hands it (requests finished × mean output length), which a saturated pool's own
+  rate understates on a ramp. Also KV demand over KV
   capacity × target usage, every queued sequence's slot, and more when measured ITL is
   over target (unless the router found the target below the least ITL it has seen).
 
@@ -210,6 +213,32 @@ def size_prefill(
     )
 
 
+def compute_decode_demand(obs: Observation, pool: PoolObservation, out_len: float) -> float:
+    """Output tokens/s the decode pool must generate: what it generated, or, while some of
+    its requests wait for room (``waiting_for_capacity``), what arrives: the requests the
+    prefill pool finished plus those decode engines absorbed, each at the mean output
+    length. A saturated pool generates only its capacity, so on a ramp its own rate lags
+    the work handed to it. Waiting alone is no sign of that in P/D: a decode engine's
+    waiting count includes the requests pulling their KV, so engines that do not split
+    the count by reason (vLLM before 0.32) are sized on what they generated.
+
+    >>> prefill = PoolObservation("prefill", 2, 2, 2, requests_finished_per_s=10.0)
+    >>> decode = PoolObservation("decode", 1, 1, 1, generation_tokens_per_s=800.0,
+    ...                          waiting_requests=5.0, waiting_for_capacity=3.0)
+    >>> obs = Observation(now_s=15.0, window_s=15.0, pools={"prefill": prefill})
+    >>> compute_decode_demand(obs, decode, out_len=200.0)
+    2000.0
+    >>> compute_decode_demand(obs, replace(decode, waiting_for_capacity=0.0), 200.0)
+    800.0
+    """
+    generated = pool.generation_tokens_per_s
+    prefill = obs.pools.get("prefill")
+    if pool.role != "decode" or prefill is None or (pool.waiting_for_capacity or 0.0) < 1:
+        return generated
+    arriving = (prefill.requests_finished_per_s + obs.absorbed_requests_per_s) * out_len
+    return max(generated, arriving)
+
+
 def size_decode(
     obs: Observation,
     pool: PoolObservation,
@@ -250,7 +279,8 @@ def size_decode(
     batch = batch or state.learned_batch
     max_batch = max(min(cfg.max_batch_at_itl or batch or cfg.max_num_seqs, cfg.max_num_seqs), 1.0)
     utilization = config.batch_share
-    demand = pool.generation_tokens_per_s
+    demand = compute_decode_demand(obs, pool, out_len)
+    arriving = demand > pool.generation_tokens_per_s
     level, trend = compute_holt(state, demand, obs.now_s)
     forecast = compute_forecast(level, trend, config)
     # A rising trend scales the snapshot signals (KV in use, sequences) too; a level still
@@ -263,7 +293,8 @@ def size_decode(
         per_replica = max_batch * fit.tail_ratio / itl_s
         n_rate = forecast / (per_replica * utilization)
         rate_reason = (
-            f"{human(forecast)} tok/s / ({utilization:.2g} × {human(per_replica)} tok/s "
+            f"{human(forecast)} tok/s{' arriving from prefill' if arriving else ''} / "
+            f"({utilization:.2g} × {human(per_replica)} tok/s "
             f"per replica at batch {human(max_batch)} within ITL {itl_s:g}s)"
         )
     else:

@@ -101,6 +101,14 @@ class Engine:
         return len(sched.waiting) + len(sched.transferring) + len(sched.kv_ready)
 
     @property
+    def num_waiting_for_capacity(self) -> int:
+        """Queued requests the scheduler has no room for yet: all waiting ones but those
+        whose KV transfer is in flight (vLLM defers those; a decode request not yet given
+        blocks to pull into, or whose KV has arrived, waits for capacity)."""
+        sched = self.scheduler
+        return len(sched.waiting) + len(sched.kv_ready)
+
+    @property
     def kv_usage(self) -> float:
         """Used KV blocks / all blocks, 0-1."""
         return self.scheduler.kv.usage

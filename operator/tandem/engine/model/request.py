@@ -168,6 +168,10 @@ class EngineStats:
     """Includes requests waiting for a KV transfer (vLLM counts them as waiting)."""
     num_waiting_for_kv: int
     """Of ``num_waiting``: decode requests whose KV is being or yet to be transferred."""
+    num_waiting_for_capacity: int
+    """Of ``num_waiting``: requests the scheduler has no room for yet, that is all but the
+    decode requests whose KV transfer is in flight (vLLM's
+    ``num_requests_waiting_by_reason{reason="capacity"}``; the rest are ``deferred``)."""
     num_kv_transferring: int
     num_kv_held: int
     kv_usage: float

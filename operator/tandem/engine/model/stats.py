@@ -37,6 +37,7 @@ def build_stats(engine: Engine, live: list[Sequence], held: list[Sequence]) -> E
         num_running=engine.num_running,
         num_waiting=engine.num_waiting,
         num_waiting_for_kv=waiting_for_kv,
+        num_waiting_for_capacity=engine.num_waiting_for_capacity,
         num_kv_transferring=len(sched.transferring),
         num_kv_held=len(held),
         kv_usage=kv.usage,

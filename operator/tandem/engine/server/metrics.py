@@ -235,8 +235,8 @@ class EngineMetrics:
         """Set gauges and catch counters up from an engine snapshot (called per scrape)."""
         self.running.set(stats.num_running)
         self.waiting.set(stats.num_waiting)
-        self.waiting_deferred.set(stats.num_waiting_for_kv)
-        self.waiting_capacity.set(stats.num_waiting - stats.num_waiting_for_kv)
+        self.waiting_capacity.set(stats.num_waiting_for_capacity)
+        self.waiting_deferred.set(stats.num_waiting - stats.num_waiting_for_capacity)
         self.kv_usage.set(stats.kv_usage)
         if self.kv_fetch:
             in_progress = stats.num_kv_transferring

@@ -51,6 +51,7 @@ def sample_engine(pod: Pod, at_s: float) -> EngineSample:
     return EngineSample(
         at_s=at_s,
         waiting_requests=float(engine.num_waiting),
+        waiting_for_capacity=float(engine.num_waiting_for_capacity),
         running_requests=float(engine.num_running),
         kv_usage=engine.kv_usage,
         kv_capacity_tokens=float(config.num_gpu_blocks * config.block_size),
