@@ -137,8 +137,8 @@ def parse_engine_sample(text: str, at_s: float, model_name: str | None = None) -
     return EngineSample(
         at_s=at_s,
         waiting_requests=_sum(by_name, ENGINE_WAITING),
-        waiting_for_capacity=_sum_where(
-            by_name, ENGINE_WAITING_BY_REASON, ENGINE_REASON_LABEL, ENGINE_CAPACITY_REASON
+        waiting_for_capacity=_sum(
+            by_name, ENGINE_WAITING_BY_REASON, {ENGINE_REASON_LABEL: ENGINE_CAPACITY_REASON}
         ),
         running_requests=_sum(by_name, ENGINE_RUNNING),
         kv_usage=sum(kv) / len(kv) if kv else None,
@@ -204,23 +204,22 @@ def _filtered(by_name: dict[str, list[Sample]], model_name: str | None) -> dict[
     }
 
 
-def _values(by_name: Mapping[str, Sequence[Sample]], name: str) -> list[float]:
-    return [s.value for s in by_name.get(_key(name), ()) if not math.isnan(s.value)]
-
-
-def _sum(by_name: Mapping[str, Sequence[Sample]], name: str) -> float | None:
-    values = _values(by_name, name)
-    return sum(values) if values else None
-
-
-def _sum_where(
-    by_name: Mapping[str, Sequence[Sample]], name: str, label: str, value: str
-) -> float | None:
-    values = [
+def _values(
+    by_name: Mapping[str, Sequence[Sample]], name: str, keep: Mapping[str, str] | None = None
+) -> list[float]:
+    """The values of ``name``'s samples (those carrying every label of ``keep``)."""
+    return [
         s.value
         for s in by_name.get(_key(name), ())
-        if s.labels.get(label) == value and not math.isnan(s.value)
+        if not math.isnan(s.value)
+        and (keep is None or all(s.labels.get(k) == v for k, v in keep.items()))
     ]
+
+
+def _sum(
+    by_name: Mapping[str, Sequence[Sample]], name: str, keep: Mapping[str, str] | None = None
+) -> float | None:
+    values = _values(by_name, name, keep)
     return sum(values) if values else None
 
 

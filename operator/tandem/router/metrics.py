@@ -11,8 +11,8 @@ router app has its own registry, so several routers (tests) live in one process.
 ``tandem_router_inflight{pool,endpoint}`` is computed from the pools when scraped, so a
 removed endpoint disappears from it and dispatch pays nothing to keep it current.
 ``tandem_router_inter_token_latency_seconds`` is observed once per relayed token, so it is
-a :class:`TokenGapHistogram` (a :class:`~tandem.observe.histogram.BucketCounter` a class,
-exported when scraped): the client library's ``Histogram.observe`` takes a lock and five
+a :class:`TokenGapHistogram` (a :class:`~tandem.observe.histogram.BucketCounter` per
+class, exported when scraped): the client library's ``Histogram.observe`` takes a lock and five
 calls, about 0.9 us of the 2-3 us the relay's own work costs a token. The router observes
 from its event loop thread only.
 """
