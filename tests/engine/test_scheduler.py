@@ -215,6 +215,35 @@ def test_add_request_rejects_what_can_never_run() -> None:
         engine.add_request(make_request("z", prompt=10), 0.0)
 
 
+def test_long_prefill_threshold_lets_short_prompts_past_a_long_one() -> None:
+    """vLLM's ``--long-prefill-token-threshold``: beside others, a prompt computes at most
+    the threshold per step; alone, the whole budget."""
+
+    def run(threshold: int) -> tuple[float, list[int]]:
+        engine = make_engine(
+            num_gpu_blocks=1000,
+            max_num_batched_tokens=512,
+            max_model_len=8192,
+            long_prefill_token_threshold=threshold,
+        )
+        reqs = [(0.0, make_request("long", prompt=6000, out=1, hold_kv_for_remote=True))]
+        reqs.append((0.002, make_request("short", prompt=100, out=1, hold_kv_for_remote=True)))
+        chunks: list[int] = []
+        done = drive(engine, reqs, check=lambda e, r: chunks.append(r.num_prefill_tokens))
+        ttft = done.finished["short"].ttft_s
+        assert ttft is not None
+        return ttft, chunks
+
+    capped_ttft, capped = run(128)
+    plain_ttft, plain = run(0)
+    assert capped[0] == 512 and plain[0] == 512  # alone: the whole budget
+    assert 128 + 100 in capped  # beside the short prompt: 128 of the long one
+    assert 128 + 100 not in plain
+    assert capped_ttft < plain_ttft / 3
+    with pytest.raises(ValueError, match="long_prefill_token_threshold"):
+        make_engine(max_model_len=1024, long_prefill_token_threshold=2048)
+
+
 def test_prefill_role_holds_blocks_until_pulled() -> None:
     engine = make_engine()
     run = drive(engine, [(0.0, make_request("p", prompt=100, out=1, hold_kv_for_remote=True))])

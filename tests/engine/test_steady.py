@@ -71,6 +71,8 @@ def workload(seed: int, wide: bool) -> tuple[EngineConfig, list[tuple[float, Eng
             fields["max_num_batched_tokens"] = max(
                 fields["max_num_batched_tokens"], fields["max_model_len"]
             )
+        elif rng.random() < 0.3:
+            fields["long_prefill_token_threshold"] = rng.choice([16, 100, 512])
         if role == "decode" and rng.random() < 0.5:
             fields["kv_transfer_mode"] = "external"
             fields["kv_load_failure_policy"] = rng.choice(["fail", "recompute"])

@@ -85,6 +85,13 @@ def register(sub: Any) -> None:
     g.add_argument("--block-size", type=int, default=None, help="default 16")
     g.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs")
     g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="most prompt tokens one request computes per step beside others (0: no cap)",
+    )
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--batching", choices=["continuous", "static"], default="continuous")
     g.add_argument(
@@ -232,6 +239,7 @@ def build_options(args: argparse.Namespace) -> Any:
         batching=args.batching,
         prioritize=args.prioritize,
         enable_chunked_prefill=args.enable_chunked_prefill,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
         enable_prefix_caching=args.enable_prefix_caching,
         kv_lease_s=lease_s,
         kv_link_bytes_per_s=args.kv_bandwidth_gbps * 1e9,

@@ -40,6 +40,11 @@ class EngineConfig:
     decodes run only with what is left, so a long prefill stalls running requests."""
     enable_chunked_prefill: bool = True
     """Split prompts longer than the remaining budget across iterations."""
+    long_prefill_token_threshold: int = 0
+    """Chunked prefill: the most prompt tokens one request computes in an iteration while
+    other requests are running or waiting (``--long-prefill-token-threshold``), so a long
+    prompt does not take the whole budget from the short ones queued behind it; alone, it
+    takes the whole budget. 0: no cap (vLLM's default)."""
     enable_prefix_caching: bool = True
     """Reuse full KV blocks whose hash chain matches (requests must carry block hashes)."""
     kv_lease_s: float = 30.0
@@ -73,6 +78,14 @@ class EngineConfig:
                 f"max_model_len ({self.max_model_len}) is larger than the KV cache "
                 f"({self.num_gpu_blocks} blocks x {self.block_size} tokens): one sequence "
                 "could never fit; lower max_model_len or add blocks (vLLM refuses to start too)"
+            )
+        threshold = self.long_prefill_token_threshold
+        if threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be >= 0, got {threshold}")
+        if threshold > self.max_model_len:
+            raise ValueError(
+                f"long_prefill_token_threshold ({threshold}) cannot be greater than "
+                f"max_model_len ({self.max_model_len})"
             )
         if self.kv_lease_s <= 0 or self.kv_link_bytes_per_s <= 0:
             raise ValueError("kv_lease_s and kv_link_bytes_per_s must be > 0")

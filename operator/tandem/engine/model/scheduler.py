@@ -5,7 +5,9 @@ token per running sequence plus prompt chunks, at most ``max_num_seqs`` sequence
 join and leave between iterations. Decode-first (vLLM V1) schedules the running sequences
 in admission order, then admits waiting ones (KV pulls finished first, then the waiting
 queue, which starts KV pulls for remote prompts); prefill-first schedules running
-prefills, admits, and gives decodes what is left. When a running sequence needs a block
+prefills, admits, and gives decodes what is left. With ``long_prefill_token_threshold``,
+no request computes more prompt tokens than that in an iteration unless it is the only one
+running or waiting (vLLM V1's cap, counted once per pass). When a running sequence needs a block
 and none is free, the scheduler preempts by recompute (FCFS: the latest admitted;
 priority: the highest ``priority`` value, latest arrival on ties) until it fits. Static
 batching forms a batch, reserves each member's worst-case blocks, and runs it to
@@ -95,6 +97,8 @@ class Scheduler:
         """Timed mode: (done_s, order, request_id), lazily invalidated."""
         self.iteration = 0
         """Scheduling passes so far."""
+        self.cap = 0
+        """This pass's long-prefill cap (0: none)."""
         self.preemptions = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
@@ -154,6 +158,10 @@ class Scheduler:
                 retry.transfers[:0] = batch.transfers
                 batch = retry
             self.iteration += 1
+            threshold = cfg.long_prefill_token_threshold
+            if threshold and cfg.enable_chunked_prefill:
+                eligible = self.live + self.waiting.live + len(self.kv_ready)
+                self.cap = threshold if eligible + len(self.transferring) > 1 else 0
             if cfg.batching == "static":
                 self._schedule_static(now_s, batch)
             elif cfg.prioritize == "prefill":
@@ -195,8 +203,12 @@ class Scheduler:
             batch.num_tokens += steady
             return True
         demand = 0
+        cap = self.cap
         for seq in explicit:
-            demand += seq.num_tokens - seq.num_computed
+            n = seq.num_tokens - seq.num_computed
+            if cap and n > cap:
+                return False  # the per-sequence pass caps it
+            demand += n
         if steady + demand <= limit:
             plan = [(s, s.num_tokens - s.num_computed) for s in explicit]
             tokens = steady + demand
@@ -267,6 +279,7 @@ class Scheduler:
         limit = cfg.max_num_batched_tokens
         bs = cfg.block_size
         chunked = cfg.enable_chunked_prefill
+        cap = self.cap
         it = self.iteration
         add = batch.items.append
         used = batch.num_tokens
@@ -279,6 +292,8 @@ class Scheduler:
             n = seq.num_tokens - computed
             if want_decode is not None and (n == 1 and seq.num_output > 0) != want_decode:
                 continue
+            if cap and n > cap:
+                n = cap
             if n > limit - used:
                 if not chunked:
                     continue
@@ -350,12 +365,15 @@ class Scheduler:
         limit, max_seqs = cfg.max_num_batched_tokens, cfg.max_num_seqs
         kv, waiting, ready = self.kv, self.waiting, self.kv_ready
         running, explicit = self.running, self.explicit
+        cap = self.cap
         it = self.iteration
         add = batch.items.append
         tokens = batch.num_tokens
         while ready and self.live < max_seqs:
             got = ready[0]
             n = got.num_tokens - got.num_computed
+            if cap and n > cap:
+                n = cap
             if limit - tokens < n:
                 break
             need = -(-(got.num_computed + n) // bs) - got.private_blocks - len(got.shared)
@@ -411,6 +429,8 @@ class Scheduler:
                         hit = kv.match_prefix(hashes, (seq.num_tokens - 1) // bs)
                 computed = seq.num_computed + hit * bs
                 n = seq.num_tokens - computed
+                if cap and n > cap:
+                    n = cap
                 if n > budget:
                     if not cfg.enable_chunked_prefill:
                         break

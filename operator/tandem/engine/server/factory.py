@@ -53,6 +53,7 @@ class SimOptions:
     batching: Batching = _ENGINE["batching"]
     prioritize: Prioritize = _ENGINE["prioritize"]
     enable_chunked_prefill: bool = _ENGINE["enable_chunked_prefill"]
+    long_prefill_token_threshold: int = _ENGINE["long_prefill_token_threshold"]
     enable_prefix_caching: bool = _ENGINE["enable_prefix_caching"]
     kv_lease_s: float = _ENGINE["kv_lease_s"]
     kv_link_bytes_per_s: float = _ENGINE["kv_link_bytes_per_s"]
@@ -95,6 +96,7 @@ def build_server_config(opts: SimOptions) -> SimServerConfig:
         batching=opts.batching,
         prioritize=opts.prioritize,
         enable_chunked_prefill=opts.enable_chunked_prefill,
+        long_prefill_token_threshold=opts.long_prefill_token_threshold,
         enable_prefix_caching=opts.enable_prefix_caching,
         kv_lease_s=opts.kv_lease_s,
         kv_link_bytes_per_s=opts.kv_link_bytes_per_s,
