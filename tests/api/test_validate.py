@@ -261,6 +261,16 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "domain-qualified extended resource",
     ),
     (
+        "long prefill cap above the context",
+        with_path(
+            with_path(BASE, "spec.model.maxModelLen", 4096),
+            "spec.prefill.longPrefillTokenThreshold",
+            8192,
+        ),
+        "spec.prefill.longPrefillTokenThreshold",
+        "use 0 (no cap) to 4096",
+    ),
+    (
         "gpu resource in kubernetes.io",
         with_path(BASE, "spec.prefill.gpu.resourceName", "kubernetes.io/gpu"),
         "spec.prefill.gpu.resourceName",

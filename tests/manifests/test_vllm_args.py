@@ -8,7 +8,7 @@ import pytest
 
 from tandem.api.validate import VLLM_VERSION, load_inference_service, vllm_serve_flags
 from tandem.manifests.images import VLLM_IMAGE
-from tandem.manifests.vllm_args import build_vllm_args, parse_model_uri
+from tandem.manifests.vllm_args import build_sim_args, build_vllm_args, parse_model_uri
 from tests.factories import make_manifest, with_path
 
 GOLDEN_POOL_ARGS = [
@@ -134,11 +134,24 @@ def test_every_emitted_flag_exists_in_the_pinned_vllm(uri: str, mode: str) -> No
     flags = vllm_serve_flags()
     manifest = with_path(make_manifest(mode=mode), "spec.model.uri", uri)
     manifest["spec"]["engine"]["prefixCaching"] = uri.startswith("hf")  # both spellings
+    for pool in ("prefill", "pool"):
+        if pool in manifest["spec"]:
+            manifest["spec"][pool]["longPrefillTokenThreshold"] = 2048
     isvc = load_inference_service(manifest)
     for role in isvc.spec.pools():
         emitted = [a for a in build_vllm_args(isvc, role) if a.startswith("--")]
         missing = [f for f in emitted if f not in flags]
         assert not missing, f"{role}: not flags of vllm serve {VLLM_VERSION}: {missing}"
+
+
+def test_long_prefill_threshold_reaches_its_pool_only() -> None:
+    manifest = with_path(make_manifest(), "spec.prefill.longPrefillTokenThreshold", 2048)
+    isvc = load_inference_service(manifest)
+    for build in (build_vllm_args, build_sim_args):
+        prefill, decode = build(isvc, "prefill"), build(isvc, "decode")
+        at = prefill.index("--long-prefill-token-threshold")
+        assert prefill[at + 1] == "2048"
+        assert "--long-prefill-token-threshold" not in decode
 
 
 def test_packaged_flag_list_is_vllm_serves_own() -> None:

@@ -18,6 +18,7 @@ OWNED_FLAGS: dict[str, str] = {
     "-tp": "spec.<pool>.tensorParallelSize",
     "--max-num-seqs": "spec.<pool>.maxNumSeqs",
     "--max-num-batched-tokens": "spec.<pool>.maxNumBatchedTokens",
+    "--long-prefill-token-threshold": "spec.<pool>.longPrefillTokenThreshold",
     "--gpu-memory-utilization": "spec.<pool>.gpuMemoryUtilization",
     "--kv-transfer-config": "spec.engine.kvTransfer",
     "--scheduling-policy": "spec.engine.schedulingPolicy",

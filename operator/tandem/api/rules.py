@@ -92,6 +92,13 @@ def _check_pool(path: str, pool: PoolSpec, spec: InferenceServiceSpec) -> Iterat
             f"{path}.tensorParallelSize",
             f"{tp} does not divide gpu.count ({pool.gpu.count}); valid: {divisors}",
         )
+    threshold, max_len = pool.long_prefill_token_threshold, spec.model.max_model_len
+    if threshold and max_len is not None and threshold > max_len:
+        yield Problem(
+            f"{path}.longPrefillTokenThreshold",
+            f"{threshold} is greater than spec.model.maxModelLen ({max_len}), which vLLM "
+            f"refuses; use 0 (no cap) to {max_len}",
+        )
     resource = pool.gpu.resource_name
     if resource.startswith("kubernetes.io/") or ".kubernetes.io/" in resource:
         yield Problem(

@@ -264,6 +264,14 @@ class PoolSpec(Model):
     max_num_batched_tokens: int | None = Field(
         default=None, ge=16, le=1_048_576, description="--max-num-batched-tokens."
     )
+    long_prefill_token_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_048_576,
+        description="--long-prefill-token-threshold: the most prompt tokens one request "
+        "computes per engine step while others run or wait, so a long prompt does not hold "
+        "short ones behind it (0: no cap).",
+    )
     gpu_memory_utilization: float | None = Field(
         default=None, gt=0, le=1, description="--gpu-memory-utilization (fraction of GPU memory)."
     )

@@ -80,6 +80,7 @@ def _pool_flags(pool: PoolSpec) -> list[str]:
     for flag, value in (
         ("--max-num-seqs", pool.max_num_seqs),
         ("--max-num-batched-tokens", pool.max_num_batched_tokens),
+        ("--long-prefill-token-threshold", pool.long_prefill_token_threshold),
         ("--gpu-memory-utilization", pool.gpu_memory_utilization),
     ):
         if value is not None:
@@ -139,6 +140,7 @@ def build_sim_args(isvc: InferenceService, role: PoolRole) -> list[str]:
     for flag, value in (
         ("--max-num-seqs", pool.max_num_seqs),
         ("--max-num-batched-tokens", pool.max_num_batched_tokens),
+        ("--long-prefill-token-threshold", pool.long_prefill_token_threshold),
     ):
         if value is not None:
             args += [flag, str(value)]

@@ -150,6 +150,8 @@ def build_fleet_plan(
             overrides["max_num_seqs"] = pool.max_num_seqs
         if pool.max_num_batched_tokens:
             overrides["max_num_batched_tokens"] = pool.max_num_batched_tokens
+        if pool.long_prefill_token_threshold:
+            overrides["long_prefill_token_threshold"] = pool.long_prefill_token_threshold
         try:
             if preset is not None:
                 probe = Engine(preset.engine_config(**overrides), preset.cost_model())
