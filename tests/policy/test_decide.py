@@ -473,3 +473,32 @@ def test_decode_sizes_on_the_work_arriving_while_requests_wait_for_capacity() ->
     for waiting, for_capacity in ((0, 0), (20, 0), (20, None)):
         desired, reason = decide_decode(waiting, for_capacity)
         assert desired == 2 and "KV demand" in reason
+
+
+def test_decode_queue_counts_only_requests_waiting_for_room() -> None:
+    # 32 running and 40 waiting at a batch of 16 within ITL: 72 / 16 = 4.5 -> 5 replicas
+    # when the 40 wait for room; none for them when they are pulling their KV (they hold
+    # its blocks already); all of them when the engines do not say why they wait.
+    pools = {
+        "prefill": PoolConfig("prefill", 1, 16, 1, prefill_tokens_per_s=10_000.0),
+        "decode": PoolConfig(
+            "decode", 1, 16, 1, kv_token_capacity=100_000.0, max_num_seqs=256, max_batch_at_itl=16
+        ),
+    }
+
+    def decide_decode(for_capacity: float | None) -> tuple[int, str]:
+        decode = replace(decode_load(2, 32, 0.3, waiting=40), waiting_for_capacity=for_capacity)
+        config = make_config(pools=pools, step_up=16)
+        _, (d,) = run([make_obs(0, prefill_load(2, 1_000), decode)], config)
+        return d.pools["decode"].desired, d.pools["decode"].reason
+
+    assert decide_decode(40) == (
+        5,
+        "decode 2→5: 72 sequences (40 waiting for capacity) / batch 16 within ITL",
+    )
+    assert decide_decode(None) == (5, "decode 2→5: 72 sequences (40 waiting) / batch 16 within ITL")
+    # 640 tok/s / (0.9 x 16 x 1 / 0.05 s) = 2.2 -> 3
+    assert decide_decode(0) == (
+        3,
+        "decode 2→3: 640 tok/s / (0.9 × 320 tok/s per replica at batch 16 within ITL 0.05s)",
+    )

@@ -127,3 +127,25 @@ def test_learned_batch_matches_the_engine_model(context: int, itl_s: float) -> N
     batch_at_target, _ = compute_batch_at_itl(fit, None, itl_s, 0.0, None, 15.0)
     truth = max(b for b in range(1, 2000) if cost.decode_step_s(b, context) <= itl_s)
     assert batch_at_target == pytest.approx(truth, rel=0.05)
+
+
+def test_step_fit_separates_the_kv_cost_from_the_batch() -> None:
+    # Windows at short and long contexts of the engine model's decode step: a line in the
+    # batch alone takes the long contexts for a steep batch cost; the plane prices the
+    # batch at the context asked for.
+    cost = CostModel(get_model("llama-3.1-8b"), get_gpu("h100"))
+    fit = StepFit()
+    for batch, context in ((8, 2000), (24, 20000), (40, 4000), (12, 30000), (64, 1000)):
+        fit = fit.add(float(batch), cost.decode_step_s(batch, context), 1.0, 1.0, batch * context)
+    for context in (1000, 8000, 30000):
+        batch, _ = compute_batch_at_itl(fit, None, 0.05, 0.0, None, 15.0, float(context))
+        truth = max(b for b in range(1, 2000) if cost.decode_step_s(b, context) <= 0.05)
+        assert batch == pytest.approx(truth, rel=0.1), context
+    plane = fit.plane()
+    assert plane is not None and plane[2] > 0
+
+
+def test_step_fit_reads_the_sums_older_versions_stored() -> None:
+    old = fitted([(20.0, 0.01), (80.0, 0.02)]).to_list()[:6]
+    fit = StepFit.from_list(old)
+    assert fit.line() == pytest.approx((0.01 - 20 * 0.01 / 60, 0.01 / 60))

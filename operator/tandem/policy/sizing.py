@@ -261,18 +261,29 @@ def size_decode(
         else PRIOR_OUTPUT_TOKENS
     )
     context = used / pool.running_requests if pool.running_requests >= 1 else PRIOR_PROMPT_TOKENS
-    kv_demand = (
-        used + pool.running_requests * out_len / 2 + pool.waiting_requests * (context + out_len / 2)
+    # Requests pulling their KV already hold its blocks and a place in the engine; only
+    # those waiting for capacity still need room (all the waiting, where engines do not
+    # say which).
+    queued = (
+        pool.waiting_for_capacity
+        if pool.waiting_for_capacity is not None
+        else pool.waiting_requests
     )
+    kv_demand = used + pool.running_requests * out_len / 2 + queued * (context + out_len / 2)
     concurrency = pool.running_requests + pool.waiting_requests
     ratio, measured, target, mean, _ = compute_latency_ratio(
         obs, pool, config.targets, dict(config.class_targets), "itl"
     )
     itl_s = target or config.targets.itl_s
     batch_now = compute_window_batch(pool, mean)
-    fit = learn_step_fit(StepFit.from_list(state.step_fit), batch_now, mean, measured, obs.window_s)
+    seen_context = used / pool.running_requests if pool.running_requests >= 1 else 0.0
+    fit = learn_step_fit(
+        StepFit.from_list(state.step_fit), batch_now, mean, measured, obs.window_s, seen_context
+    )
     batch, proven = (
-        compute_batch_at_itl(fit, state.proven_batch, itl_s, batch_now, ratio, obs.window_s)
+        compute_batch_at_itl(
+            fit, state.proven_batch, itl_s, batch_now, ratio, obs.window_s, seen_context
+        )
         if itl_s
         else (None, None)
     )
@@ -305,7 +316,7 @@ def size_decode(
         )
     n_kv = kv_demand * growth / (kv_cap * config.kv_usage_target)
     # Queued sequences need a slot now, whatever the rate says.
-    n_queue = concurrency / max_batch if pool.waiting_requests >= 1 else 0.0
+    n_queue = concurrency / max_batch if queued >= 1 else 0.0
     n_latency = compute_latency_floor(pool, ratio)
     n = max(n_kv, n_rate, n_queue, n_latency)
     options: list[tuple[float, Driver, str]] = [
@@ -319,7 +330,8 @@ def size_decode(
         (
             n_queue,
             "queue",
-            f"{human(concurrency)} sequences ({human(pool.waiting_requests)} waiting) / batch "
+            f"{human(concurrency)} sequences ({human(queued)} waiting"
+            f"{' for capacity' if pool.waiting_for_capacity is not None else ''}) / batch "
             f"{human(max_batch)} within ITL",
         ),
         (

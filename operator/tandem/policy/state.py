@@ -41,7 +41,7 @@ class PoolState:
     """Largest decode batch per replica seen with its ITL within target (a lower bound
     of ``learned_batch``, slowly forgotten)."""
     step_fit: tuple[float, ...] | None = None
-    """Weighted sums of the decode step-time line (:class:`~tandem.policy.learn.StepFit`)."""
+    """Weighted sums of the decode step-time plane (:class:`~tandem.policy.learn.StepFit`)."""
     peak_need: float | None = None
     """Largest recent replica need, decaying (the burst memory)."""
     peak_time_s: float | None = None
