@@ -86,7 +86,8 @@ def _validate_positive_quantity(value: Any, info: ValidationInfo) -> str:
 Quantity = Annotated[
     str,
     BeforeValidator(_validate_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    # The pattern binds strings only: a negative integer needs the minimum.
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN, "minimum": 0}),
 ]
 
 PositiveQuantity = Annotated[
