@@ -260,7 +260,8 @@ def size_decode(
         if pool.requests_finished_per_s > 0
         else PRIOR_OUTPUT_TOKENS
     )
-    context = used / pool.running_requests if pool.running_requests >= 1 else PRIOR_PROMPT_TOKENS
+    seen_context = used / pool.running_requests if pool.running_requests >= 1 else 0.0
+    context = seen_context if pool.running_requests >= 1 else PRIOR_PROMPT_TOKENS
     # Requests pulling their KV already hold its blocks and a place in the engine; only
     # those waiting for capacity still need room (all the waiting, where engines do not
     # say which).
@@ -276,7 +277,6 @@ def size_decode(
     )
     itl_s = target or config.targets.itl_s
     batch_now = compute_window_batch(pool, mean)
-    seen_context = used / pool.running_requests if pool.running_requests >= 1 else 0.0
     fit = learn_step_fit(
         StepFit.from_list(state.step_fit), batch_now, mean, measured, obs.window_s, seen_context
     )
